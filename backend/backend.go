@@ -1,0 +1,182 @@
+// Package backend defines what a lock backend implements.
+//
+// A backend is a small [Driver]: one attempt to take a key with a token and
+// a TTL, and, on the [Held] lock it returns, refresh, release and a TTL
+// query. Everything users see beyond that (input validation, tokens,
+// waiting, the watchdog that refreshes held locks, the Lost signal, error
+// wrapping) is written once in package locker over this interface, so it
+// behaves the same on every backend.
+//
+// Optional interfaces work like database/sql/driver's: a driver that
+// implements [Waiter] waits natively (a ZooKeeper or etcd queue); one that
+// implements [Notifier] wakes waiters when a key is released; without
+// either, package locker polls with jitter, bounded by the holder's
+// remaining TTL as reported through [Busy]. A driver that implements
+// [BatchRefresher] lets the watchdog refresh many locks in one round trip.
+//
+// A driver is used through package locker, never directly by applications:
+// locker.New(driver, config) returns the [locker.Locker].
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The sentinel errors shared by every backend. Package locker re-exports
+// them; drivers return them (or errors wrapping them) so that callers can
+// test with errors.Is.
+var (
+	// ErrNotAcquired means the key is held by someone else.
+	ErrNotAcquired = errors.New("lock not acquired: held by another owner")
+	// ErrNotHeld means the lock is no longer ours: it expired, was taken
+	// over, or was already released.
+	ErrNotHeld = errors.New("lock not held")
+	// ErrClosed means the Locker was closed.
+	ErrClosed = errors.New("locker closed")
+	// ErrInvalidKey means the key is empty or too long.
+	ErrInvalidKey = errors.New("invalid key")
+	// ErrInvalidTTL means the TTL is not positive or outside the backend's range.
+	ErrInvalidTTL = errors.New("invalid TTL")
+)
+
+// Busy is the error a driver's TryAcquire returns when another owner holds
+// the key and the driver knows how long that owner's lock has left. Waiting
+// callers use Remaining to bound how long they sleep before trying again.
+type Busy struct {
+	// Remaining is the holder's remaining TTL as the server reports it; 0
+	// when unknown.
+	Remaining time.Duration
+}
+
+func (b *Busy) Error() string {
+	if b.Remaining > 0 {
+		return fmt.Sprintf("%v (expires in %v)", ErrNotAcquired, b.Remaining)
+	}
+	return ErrNotAcquired.Error()
+}
+
+// Is makes errors.Is(b, ErrNotAcquired) true.
+func (b *Busy) Is(target error) bool { return target == ErrNotAcquired }
+
+// Request is one attempt to take a lock.
+type Request struct {
+	// Key is the lock name after validation and prefixing. It may contain
+	// any bytes; a driver encodes it as its server needs, such that no two
+	// keys collide and no key nests inside another.
+	Key string
+	// Token is unique per acquisition (16 random bytes, base64url).
+	Token string
+	// TTL is how long the lock lives on the server unless refreshed.
+	TTL time.Duration
+	// OnLost, if the driver learns that a held lock is gone before it is
+	// released (a ZooKeeper session expired, an etcd lease was revoked),
+	// is called once, from any goroutine. It must not block.
+	OnLost func(err error)
+}
+
+// Acquisition describes a lock a driver has taken.
+type Acquisition struct {
+	// Held is the handle used to refresh, query and release the lock.
+	Held Held
+	// Fence is the fencing token, meaningful when Fenced is true: strictly
+	// larger than that of every earlier holder of the same key.
+	Fence  uint64
+	Fenced bool
+	// TTL is the lifetime actually in force if the server changed the one
+	// requested (for example raised it to a minimum); 0 means as requested.
+	TTL time.Duration
+	// Validity, when not zero, is how long from the start of the attempt
+	// the lock is certainly held, as the driver computed it (Redlock
+	// subtracts elapsed time and clock drift). When zero, package locker
+	// uses TTL minus its drift allowance.
+	Validity time.Duration
+}
+
+// Held is a lock taken by a driver.
+type Held interface {
+	// Refresh resets the lock's TTL to ttl if the lock is still ours, and
+	// returns ErrNotHeld otherwise. It never touches another owner's lock.
+	// When ttl is 0 the lock keeps the TTL it was taken with.
+	Refresh(ctx context.Context, ttl time.Duration) error
+	// TTL returns the remaining lifetime of the lock, or ErrNotHeld.
+	TTL(ctx context.Context) (time.Duration, error)
+	// Release frees the lock if it is still ours (compare-and-delete) and
+	// returns ErrNotHeld otherwise. It never deletes another owner's lock.
+	Release(ctx context.Context) error
+}
+
+// Driver is the part of a lock backend that talks to its servers.
+type Driver interface {
+	// TryAcquire makes one attempt to take req.Key. It returns
+	// ErrNotAcquired (or a *Busy) when another owner holds the key.
+	//
+	// When it returns any other error the attempt may have been applied
+	// on the server though its reply was lost; the driver must then clean
+	// up (delete the key if it holds our token) before returning, so that
+	// nothing is left behind to block the next owner.
+	TryAcquire(ctx context.Context, req Request) (Acquisition, error)
+	// Capabilities reports what the backend guarantees.
+	Capabilities() Capabilities
+	// Close releases the driver's resources; it closes only clients the
+	// driver opened itself.
+	Close() error
+}
+
+// Waiter is implemented by drivers that wait for a key natively (a queue on
+// the server), in place of repeated TryAcquire calls. Acquire blocks until
+// the lock is taken or ctx ends; when ctx ends it leaves nothing behind on
+// the server.
+type Waiter interface {
+	Acquire(ctx context.Context, req Request) (Acquisition, error)
+}
+
+// Notifier is implemented by drivers that can tell a waiter that a key was
+// released, so that it retries at once instead of polling.
+type Notifier interface {
+	// Watch starts watching key for releases. Each release (or any event
+	// after which a retry may succeed) sends on the returned channel
+	// without blocking; stop ends the watch. A waiter calls Watch before
+	// its TryAcquire so that a release between the two is not missed.
+	Watch(ctx context.Context, key string) (events <-chan struct{}, stop func(), err error)
+}
+
+// BatchRefresher is implemented by drivers that can refresh many held
+// locks in one round trip (a pipeline). The watchdog uses it when several
+// locks are due together. The i-th error belongs to the i-th lock; each
+// is nil, ErrNotHeld, or a transport error.
+type BatchRefresher interface {
+	RefreshBatch(ctx context.Context, locks []Held, ttls []time.Duration) []error
+}
+
+// Capabilities says what a backend guarantees. Package locker re-exports
+// it as locker.Capabilities.
+type Capabilities struct {
+	// Fencing: Fence returns tokens strictly increasing per key across
+	// successive holders, safe to check at a resource.
+	Fencing bool
+	// FIFO: blocked Acquire calls get the key in the order they queued.
+	FIFO bool
+	// WakeOnRelease: a waiter is woken by the release itself (natively or
+	// by notification), not by polling.
+	WakeOnRelease bool
+	// LossSignal: the backend learns from its servers that a lock is gone
+	// (session or lease expiry) and closes Lost promptly, in addition to
+	// the local validity deadline every backend has.
+	LossSignal bool
+	// MaxKeyLen is the longest key accepted, in bytes (after the Locker's
+	// prefix is added). 0 means DefaultMaxKeyLen.
+	MaxKeyLen int
+	// MinTTL and MaxTTL bound the TTLs the backend honours exactly; 0
+	// means no bound. TTLs outside are rejected with ErrInvalidTTL.
+	MinTTL, MaxTTL time.Duration
+	// ExpirySlack is how long after its TTL a crashed holder's lock may
+	// still block others (session timeouts, lease granularity, expiry
+	// sweeps). The conformance suite allows this much.
+	ExpirySlack time.Duration
+}
+
+// DefaultMaxKeyLen is the key length every backend accepts at least.
+const DefaultMaxKeyLen = 1024

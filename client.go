@@ -1,0 +1,314 @@
+package locker
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/distlock/locker/backend"
+)
+
+// Config is what New needs besides the driver. The zero value is usable.
+type Config struct {
+	// Prefix is prepended to every key before it reaches the backend, so
+	// that applications sharing a server keep apart. Lock.Key still
+	// returns the key without it. Default: none.
+	Prefix string
+	// Defaults apply to every Acquire and TryAcquire before the call's own
+	// options. Default: WithTTL(DefaultTTL), WithAutoRefresh(true).
+	Defaults []Option
+	// Logger receives what cannot be returned as an error, such as a
+	// background refresh that failed and will be retried. Default: no
+	// logging.
+	Logger *slog.Logger
+}
+
+// New returns a Locker that runs the portable logic (validation, waiting,
+// the watchdog, Lost) over a backend driver. Backend packages call it; most
+// programs use Open or a backend's own constructor instead.
+func New(d backend.Driver, cfg *Config) Locker {
+	c := &client{d: d, caps: d.Capabilities(), held: map[*lock]struct{}{}}
+	if cfg != nil {
+		c.cfg = *cfg
+	}
+	if c.caps.MaxKeyLen <= 0 {
+		c.caps.MaxKeyLen = backend.DefaultMaxKeyLen
+	}
+	if c.caps.MinTTL < minTTL {
+		c.caps.MinTTL = minTTL
+	}
+	c.log = c.cfg.Logger
+	if c.log == nil {
+		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	c.waiter, _ = d.(backend.Waiter)
+	c.notifier, _ = d.(backend.Notifier)
+	c.wd = newWatchdog(c)
+	return c
+}
+
+// minTTL is the smallest TTL any backend accepts: below it the drift
+// allowance leaves no validity.
+const minTTL = 5 * time.Millisecond
+
+// Polling bounds, for backends that can neither wait natively nor notify.
+// A waiter starts at minPoll and doubles up to maxPoll, jittered, and never
+// sleeps past the holder's remaining TTL.
+const (
+	minPoll = 2 * time.Millisecond
+	maxPoll = time.Second
+	// notifiedPoll is the safety-net retry interval when the backend
+	// notifies releases (a notice can be lost across a reconnect).
+	notifiedPoll = 5 * time.Second
+)
+
+type client struct {
+	d        backend.Driver
+	caps     Capabilities
+	cfg      Config
+	log      *slog.Logger
+	waiter   backend.Waiter
+	notifier backend.Notifier
+	wd       *watchdog
+
+	mu     sync.Mutex
+	closed bool
+	held   map[*lock]struct{}
+}
+
+func (c *client) Capabilities() Capabilities { return c.caps }
+
+func (c *client) Acquire(ctx context.Context, key string, opts ...Option) (Lock, error) {
+	return c.acquire(ctx, "acquire", key, true, opts)
+}
+
+func (c *client) TryAcquire(ctx context.Context, key string, opts ...Option) (Lock, error) {
+	return c.acquire(ctx, "try-acquire", key, false, opts)
+}
+
+func (c *client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *client) options(opts []Option) options {
+	o := defaultOptions()
+	for _, f := range c.cfg.Defaults {
+		f(&o)
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+func (c *client) checkKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: key is empty", ErrInvalidKey)
+	}
+	if n := len(c.cfg.Prefix) + len(key); n > c.caps.MaxKeyLen {
+		if c.cfg.Prefix != "" {
+			return fmt.Errorf("%w: key is %d bytes with its prefix, longer than the %d bytes this backend accepts", ErrInvalidKey, n, c.caps.MaxKeyLen)
+		}
+		return fmt.Errorf("%w: key is %d bytes, longer than the %d bytes this backend accepts", ErrInvalidKey, n, c.caps.MaxKeyLen)
+	}
+	return nil
+}
+
+func (c *client) checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidTTL, ttl)
+	case ttl < c.caps.MinTTL:
+		return fmt.Errorf("%w: TTL %v is below this backend's minimum of %v", ErrInvalidTTL, ttl, c.caps.MinTTL)
+	case c.caps.MaxTTL > 0 && ttl > c.caps.MaxTTL:
+		return fmt.Errorf("%w: TTL %v is above this backend's maximum of %v", ErrInvalidTTL, ttl, c.caps.MaxTTL)
+	}
+	return nil
+}
+
+func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []Option) (Lock, error) {
+	if c.isClosed() {
+		return nil, opErr(op, key, ErrClosed)
+	}
+	o := c.options(opts)
+	if err := c.checkKey(key); err != nil {
+		return nil, opErr(op, key, err)
+	}
+	if err := c.checkTTL(o.ttl); err != nil {
+		return nil, opErr(op, key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, opErr(op, key, err)
+	}
+	lk := &lock{
+		c:           c,
+		key:         key,
+		token:       newToken(),
+		ttl:         o.ttl,
+		autoRefresh: o.autoRefresh,
+		lost:        make(chan struct{}),
+		heapIndex:   -1,
+	}
+	req := backend.Request{Key: c.cfg.Prefix + key, Token: lk.token, TTL: o.ttl, OnLost: lk.backendLost}
+
+	var (
+		acq   backend.Acquisition
+		start time.Time
+		err   error
+	)
+	switch {
+	case !wait:
+		start = time.Now()
+		acq, err = c.d.TryAcquire(ctx, req)
+	case c.waiter != nil:
+		start = time.Now()
+		acq, err = c.waiter.Acquire(ctx, req)
+	default:
+		acq, start, err = c.waitLoop(ctx, req)
+	}
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			err = fmt.Errorf("%w (%w)", ctxErr, err)
+		}
+		return nil, opErr(op, key, err)
+	}
+	lk.start(acq, start)
+	if !c.track(lk) {
+		// Closed while we were acquiring: give the lock back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		lk.Release(rctx)
+		return nil, opErr(op, key, ErrClosed)
+	}
+	if lk.autoRefresh {
+		c.wd.schedule(lk, start.Add(lk.ttl/3))
+	}
+	return lk, nil
+}
+
+// waitLoop takes req by repeated attempts: woken by release notices where
+// the backend sends them, otherwise polling with jittered, doubling delays
+// bounded by the holder's remaining TTL.
+func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acquisition, time.Time, error) {
+	var events <-chan struct{}
+	if c.notifier != nil {
+		ev, stop, err := c.notifier.Watch(ctx, req.Key)
+		if err == nil {
+			events = ev
+			defer stop()
+		} else {
+			c.log.Warn("locker: release notices unavailable, polling instead", "key", req.Key, "err", err)
+		}
+	}
+	backoff := minPoll
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		start := time.Now()
+		acq, err := c.d.TryAcquire(ctx, req)
+		if err == nil {
+			return acq, start, nil
+		}
+		if !errors.Is(err, ErrNotAcquired) {
+			return acq, start, err
+		}
+		var remaining time.Duration
+		var busy *backend.Busy
+		if errors.As(err, &busy) {
+			remaining = busy.Remaining
+		}
+		var d time.Duration
+		if events != nil {
+			d = notifiedPoll
+		} else {
+			d = jitter(backoff)
+			backoff = min(2*backoff, maxPoll)
+		}
+		if remaining > 0 && remaining < d {
+			// The holder expires before we would look again: look then.
+			d = remaining + jitter(minPoll)
+		}
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			return acq, start, ctx.Err()
+		case <-events:
+		case <-timer.C:
+		}
+	}
+}
+
+// jitter returns a duration uniform in [d/2, d], so that contending
+// waiters fall out of step.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func (c *client) track(lk *lock) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.held[lk] = struct{}{}
+	return true
+}
+
+func (c *client) untrack(lk *lock) {
+	c.mu.Lock()
+	delete(c.held, lk)
+	c.mu.Unlock()
+}
+
+func (c *client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	locks := make([]*lock, 0, len(c.held))
+	for lk := range c.held {
+		locks = append(locks, lk)
+	}
+	c.mu.Unlock()
+
+	c.wd.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(locks))
+	for i, lk := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := lk.release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+				errs[i] = opErr("release", lk.key, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := c.d.Close(); err != nil {
+		errs = append(errs, &OpError{Op: "close", Err: err})
+	}
+	return errors.Join(errs...)
+}
+
+// newToken returns 16 random bytes, base64url-encoded.
+func newToken() string {
+	var b [16]byte
+	crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,275 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/distlock/locker/backend"
+)
+
+// drift is the clock-drift allowance subtracted from a TTL to get the local
+// validity: 1% of the TTL plus 2 ms, as on the Redis distlock page (server
+// expiry precision plus a minimum drift between clocks).
+func drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
+type lockState int
+
+const (
+	// stateHeld: ours as far as we know; Lost is open.
+	stateHeld lockState = iota
+	// stateLost: Lost is closed, but the lock may still exist on the
+	// server (validity ran out, or a release failed in transit); Release
+	// still asks the server to delete it.
+	stateLost
+	// stateGone: released by us, or the server said it is not ours.
+	stateGone
+)
+
+// Causes recorded when a lock stops being held.
+var (
+	errReleased = errors.New("released")
+	errExpired  = errors.New("validity ran out on the local clock without a successful refresh")
+)
+
+type lock struct {
+	c           *client
+	key         string
+	token       string
+	autoRefresh bool
+	lost        chan struct{}
+
+	// Set once by start, before the lock is shared.
+	held   backend.Held
+	fence  uint64
+	fenced bool
+
+	mu           sync.Mutex
+	state        lockState
+	cause        error
+	ttl          time.Duration
+	deadline     time.Time // local validity deadline, monotonic clock
+	refreshStart time.Time // start of the newest refresh applied
+	timer        *time.Timer
+
+	// Owned by the watchdog, under its mutex.
+	heapIndex int
+	due       time.Time
+}
+
+func (lk *lock) start(acq backend.Acquisition, start time.Time) {
+	lk.held = acq.Held
+	lk.fence, lk.fenced = acq.Fence, acq.Fenced
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if acq.TTL > 0 {
+		lk.ttl = acq.TTL
+	}
+	validity := acq.Validity
+	if validity <= 0 {
+		validity = lk.ttl - drift(lk.ttl)
+	}
+	lk.deadline = start.Add(validity)
+	lk.refreshStart = start
+	if lk.state == stateHeld { // the backend may have reported it lost already
+		lk.timer = time.AfterFunc(time.Until(lk.deadline), lk.expire)
+	}
+}
+
+// expire runs at the local validity deadline.
+func (lk *lock) expire() {
+	lk.mu.Lock()
+	if lk.state != stateHeld {
+		lk.mu.Unlock()
+		return
+	}
+	if left := time.Until(lk.deadline); left > 0 { // refreshed meanwhile
+		lk.timer.Reset(left)
+		lk.mu.Unlock()
+		return
+	}
+	lk.setStateLocked(stateLost, errExpired)
+	lk.mu.Unlock()
+	lk.c.wd.remove(lk)
+}
+
+// backendLost is the Request.OnLost callback: the backend knows the lock
+// is gone.
+func (lk *lock) backendLost(err error) {
+	if err == nil {
+		err = errors.New("backend reported the lock gone")
+	}
+	lk.markGone(err)
+}
+
+func (lk *lock) markGone(cause error) {
+	lk.mu.Lock()
+	lk.setStateLocked(stateGone, cause)
+	lk.mu.Unlock()
+	lk.c.wd.remove(lk)
+	lk.c.untrack(lk)
+}
+
+// setStateLocked moves the lock to a later state, closing Lost on the way
+// out of stateHeld. States only move forward.
+func (lk *lock) setStateLocked(s lockState, cause error) {
+	if s <= lk.state {
+		return
+	}
+	if lk.state == stateHeld {
+		close(lk.lost)
+		if lk.timer != nil {
+			lk.timer.Stop()
+		}
+	}
+	if lk.cause == nil || lk.state == stateHeld {
+		lk.cause = cause
+	}
+	lk.state = s
+}
+
+// notHeld returns ErrNotHeld with the reason the lock stopped being held.
+func (lk *lock) notHeldLocked() error {
+	if lk.cause == nil || errors.Is(lk.cause, ErrNotHeld) {
+		if lk.cause != nil {
+			return lk.cause
+		}
+		return ErrNotHeld
+	}
+	return fmt.Errorf("%w: %w", ErrNotHeld, lk.cause)
+}
+
+func (lk *lock) Key() string           { return lk.key }
+func (lk *lock) Token() string         { return lk.token }
+func (lk *lock) Lost() <-chan struct{} { return lk.lost }
+
+func (lk *lock) Fence() (uint64, bool) {
+	if !lk.fenced {
+		return 0, false
+	}
+	return lk.fence, true
+}
+
+func (lk *lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if lk.c.isClosed() {
+		return opErr("refresh", lk.key, ErrClosed)
+	}
+	if err := lk.c.checkTTL(ttl); err != nil {
+		return opErr("refresh", lk.key, err)
+	}
+	if err := lk.refresh(ctx, ttl); err != nil {
+		return opErr("refresh", lk.key, err)
+	}
+	if lk.autoRefresh {
+		lk.c.wd.schedule(lk, time.Now().Add(ttl/3))
+	}
+	return nil
+}
+
+// refresh sends one refresh and applies its outcome. It is shared by
+// Refresh and the watchdog.
+func (lk *lock) refresh(ctx context.Context, ttl time.Duration) error {
+	lk.mu.Lock()
+	if lk.state != stateHeld {
+		err := lk.notHeldLocked()
+		lk.mu.Unlock()
+		return err
+	}
+	lk.mu.Unlock()
+	start := time.Now()
+	err := lk.held.Refresh(ctx, ttl)
+	return lk.refreshed(start, ttl, err)
+}
+
+// refreshed applies the outcome of a refresh that started at start.
+func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
+	if errors.Is(err, ErrNotHeld) {
+		lk.markGone(err)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.state != stateHeld {
+		// The refresh landed, but the validity had already run out here
+		// and Lost is closed: the holder was told to stop, so the lock
+		// is not revived. Release still deletes it.
+		return lk.notHeldLocked()
+	}
+	if start.Before(lk.refreshStart) {
+		return nil // a newer refresh was applied already
+	}
+	lk.refreshStart = start
+	lk.ttl = ttl
+	lk.deadline = start.Add(ttl - drift(ttl))
+	lk.timer.Reset(time.Until(lk.deadline))
+	return nil
+}
+
+func (lk *lock) TTL(ctx context.Context) (time.Duration, error) {
+	if lk.c.isClosed() {
+		return 0, opErr("ttl", lk.key, ErrClosed)
+	}
+	lk.mu.Lock()
+	if lk.state != stateHeld {
+		err := lk.notHeldLocked()
+		lk.mu.Unlock()
+		return 0, opErr("ttl", lk.key, err)
+	}
+	lk.mu.Unlock()
+	d, err := lk.held.TTL(ctx)
+	if errors.Is(err, ErrNotHeld) {
+		lk.markGone(err)
+	}
+	if err != nil {
+		return 0, opErr("ttl", lk.key, err)
+	}
+	lk.mu.Lock()
+	local := time.Until(lk.deadline)
+	lk.mu.Unlock()
+	if local <= 0 {
+		return 0, opErr("ttl", lk.key, fmt.Errorf("%w: %w", ErrNotHeld, errExpired))
+	}
+	return min(d, local), nil
+}
+
+func (lk *lock) Release(ctx context.Context) error {
+	if lk.c.isClosed() {
+		lk.mu.Lock()
+		gone := lk.state == stateGone
+		lk.mu.Unlock()
+		if !gone {
+			return opErr("release", lk.key, ErrClosed)
+		}
+	}
+	return opErr("release", lk.key, lk.release(ctx))
+}
+
+func (lk *lock) release(ctx context.Context) error {
+	lk.mu.Lock()
+	if lk.state == stateGone {
+		err := lk.notHeldLocked()
+		lk.mu.Unlock()
+		return err
+	}
+	// Lost closes as soon as the holder lets go, before the round trip.
+	lk.setStateLocked(stateLost, errReleased)
+	lk.mu.Unlock()
+	lk.c.wd.remove(lk)
+
+	err := lk.held.Release(ctx)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		cause := err
+		if cause == nil {
+			cause = errReleased
+		}
+		lk.markGone(cause)
+	}
+	return err
+}

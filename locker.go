@@ -1,0 +1,228 @@
+// Package locker provides distributed locks behind one interface, with
+// backends for a single Redis, Redlock, ZooKeeper, etcd and an in-process
+// store, chosen by URL:
+//
+//	l, err := locker.Open(ctx, os.Getenv("LOCKER_URL")) // e.g. "redis://127.0.0.1:6379"
+//	if err != nil { ... }
+//	defer l.Close()
+//	err = locker.Do(ctx, l, "orders/42", func(ctx context.Context, lock locker.Lock) error {
+//		// ctx is cancelled if the lock is lost.
+//		return process(ctx, lock)
+//	})
+//
+// A backend package registers its URL schemes when imported, so import the
+// ones a program may use for their side effect:
+//
+//	import _ "github.com/distlock/locker/memory"
+//
+// # Semantics
+//
+// Every backend gives the same guarantees, checked by package conformance:
+// at most one holder of a key at a time while the holder is not paused past
+// its TTL; a crashed holder's lock expires within its TTL plus the backend's
+// documented slack; Release and Refresh never touch another holder's lock;
+// Lost is closed when the lock is released or may no longer be held.
+//
+// By default a held lock is refreshed by a watchdog at a third of its TTL
+// for as long as the process lives and the Locker is open
+// ([WithAutoRefresh]), so the TTL bounds how long a crashed process blocks
+// others, not how long work may take.
+//
+// # Fencing
+//
+// A lease cannot protect against a holder that is paused (a GC pause, a
+// stopped VM) past its TTL: it wakes up believing it still holds the lock.
+// Backends that can mint a safe fencing token return one from
+// [Lock.Fence]: strictly larger for every successive holder of a key. Pass
+// it to the protected resource and have the resource reject any write with
+// a token smaller than the largest it has seen. Redlock cannot mint a safe
+// token and says so (ok is false).
+//
+// # Errors
+//
+// Errors wrap the sentinels below; test them with errors.Is. Errors from a
+// backend's client library are wrapped, never replaced, and stay reachable
+// with errors.As. Every error returned by a Locker or a Lock is an
+// [*OpError] naming the operation and the key.
+//
+// # URLs
+//
+// Open accepts any scheme a backend registered. Parameters every scheme
+// accepts: ttl (the default TTL, a Go duration such as 10s) and prefix
+// (prepended to every key). Unknown parameters are an error that names them.
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distlock/locker/backend"
+)
+
+// Locker acquires locks on one backend. It is safe for concurrent use.
+type Locker interface {
+	// Acquire blocks until key is held, ctx ends, or an error occurs.
+	Acquire(ctx context.Context, key string, opts ...Option) (Lock, error)
+	// TryAcquire makes one attempt; ErrNotAcquired if someone else holds key.
+	TryAcquire(ctx context.Context, key string, opts ...Option) (Lock, error)
+	// Capabilities says what this backend guarantees (Fencing, FIFO, ...).
+	Capabilities() Capabilities
+	// Close releases every lock this Locker holds, stops its watchdog and
+	// closes the clients it opened itself. Calls after Close return
+	// ErrClosed; a second Close returns nil.
+	Close() error
+}
+
+// Lock is a held lock. It is safe for concurrent use.
+type Lock interface {
+	// Key returns the key as given to Acquire.
+	Key() string
+	// Token returns a string unique to this acquisition.
+	Token() string
+	// Fence returns the fencing token: strictly increasing per key across
+	// successive holders. ok is false where the backend cannot mint a safe
+	// one (see Capabilities.Fencing).
+	Fence() (fence uint64, ok bool)
+	// Refresh resets the lock's TTL to ttl (and uses ttl for later
+	// automatic refreshes). It returns ErrNotHeld once the lock is lost.
+	Refresh(ctx context.Context, ttl time.Duration) error
+	// TTL returns the remaining validity of the lock.
+	TTL(ctx context.Context) (time.Duration, error)
+	// Release frees the lock. It never deletes another holder's lock and
+	// returns ErrNotHeld if the lock was already lost or released.
+	Release(ctx context.Context) error
+	// Lost returns a channel closed when the lock is released or may no
+	// longer be held: a refresh found it gone, the backend reported it
+	// gone, or its validity ran out on the local clock without a
+	// successful refresh.
+	Lost() <-chan struct{}
+}
+
+// Capabilities says what a backend guarantees; see backend.Capabilities
+// for the fields.
+type Capabilities = backend.Capabilities
+
+// Errors returned by Lockers and Locks, wrapped in an *OpError.
+var (
+	// ErrNotAcquired: the key is held by someone else (TryAcquire).
+	ErrNotAcquired = backend.ErrNotAcquired
+	// ErrNotHeld: the lock was lost (expired, taken over) or released.
+	ErrNotHeld = backend.ErrNotHeld
+	// ErrClosed: the Locker was closed.
+	ErrClosed = backend.ErrClosed
+	// ErrInvalidKey: the key is empty or longer than the backend accepts.
+	ErrInvalidKey = backend.ErrInvalidKey
+	// ErrInvalidTTL: the TTL is not positive or outside the backend's range.
+	ErrInvalidTTL = backend.ErrInvalidTTL
+)
+
+// OpError is the error returned by every Locker and Lock method. It names
+// the operation and the key, and wraps the cause.
+type OpError struct {
+	Op  string // "acquire", "try-acquire", "refresh", "ttl", "release", "close"
+	Key string
+	Err error
+}
+
+// maxErrKey bounds how much of a key an error message quotes.
+const maxErrKey = 64
+
+func (e *OpError) Error() string {
+	key := e.Key
+	if len(key) > maxErrKey {
+		key = key[:maxErrKey] + "..."
+	}
+	if e.Key == "" && e.Op == "close" {
+		return fmt.Sprintf("locker: %s: %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("locker: %s %q: %v", e.Op, key, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+func opErr(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var oe *OpError
+	if errors.As(err, &oe) && oe.Op == op && oe.Key == key {
+		return err
+	}
+	return &OpError{Op: op, Key: key, Err: err}
+}
+
+// DefaultTTL is the TTL of a lock when neither the call, the Locker nor
+// its URL says otherwise.
+const DefaultTTL = 30 * time.Second
+
+// Option changes how one lock is acquired and kept.
+type Option func(*options)
+
+type options struct {
+	ttl         time.Duration
+	autoRefresh bool
+}
+
+func defaultOptions() options {
+	return options{ttl: DefaultTTL, autoRefresh: true}
+}
+
+// WithTTL sets how long the lock lives on the server unless refreshed
+// (default 30s). A holder that crashes blocks others for at most this long
+// plus the backend's ExpirySlack.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) { o.ttl = ttl }
+}
+
+// WithAutoRefresh turns the watchdog on or off for the lock (default on).
+// With it on, the lock is refreshed at a third of its TTL until it is
+// released, lost, or the Locker is closed. With it off, the lock expires at
+// its TTL unless Refresh is called, and Lost is closed at that moment.
+func WithAutoRefresh(on bool) Option {
+	return func(o *options) { o.autoRefresh = on }
+}
+
+// Do acquires key, calls fn while holding it, and releases it. fn's ctx is
+// cancelled when the lock is lost (context.Cause then wraps ErrNotHeld).
+// Do returns fn's error, joined with an error wrapping ErrNotHeld if the
+// lock was lost before fn returned, and with Release's error.
+func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, lock Lock) error, opts ...Option) error {
+	lk, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-lk.Lost():
+			cancel(opErr("do", key, fmt.Errorf("%w: lost while fn was running", ErrNotHeld)))
+		case <-done:
+		}
+	}()
+	fnErr := fn(fctx, lk)
+	close(done)
+	<-watched
+	lostErr := context.Cause(fctx)
+	if !errors.Is(lostErr, ErrNotHeld) {
+		lostErr = nil
+	}
+	cancel(nil)
+
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer rcancel()
+	relErr := lk.Release(rctx)
+	if lostErr != nil && errors.Is(relErr, ErrNotHeld) {
+		relErr = nil // already reported as lost
+	}
+	return errors.Join(fnErr, lostErr, relErr)
+}
+
+// releaseTimeout bounds the releases Do and Close make on the caller's
+// behalf after the caller's context may have ended.
+const releaseTimeout = 10 * time.Second
