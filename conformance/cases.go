@@ -1,0 +1,671 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/distlock/locker"
+)
+
+// cases is the suite, in the order it runs.
+var cases = []testCase{
+	{"acquire-release", "Acquire takes a free key; the lock reports its key, a token and a positive TTL; Release frees the key and closes Lost", caseAcquireRelease},
+	{"try-acquire-contended", "TryAcquire on a held key fails at once with ErrNotAcquired, and succeeds once the holder releases", caseTryContended},
+	{"release-wakes-waiter", "A blocked Acquire is woken by the holder's Release, not by the TTL running out", caseReleaseWakesWaiter},
+	{"double-release", "A second Release returns ErrNotHeld, as do Refresh and TTL after Release", caseDoubleRelease},
+	{"stale-owner", "After A's lock expires and B acquires the key, A's Release, Refresh and TTL return ErrNotHeld and B still holds the key", caseStaleOwner},
+	{"auto-refresh", "With auto-refresh on, a lock outlives several TTLs while its holder lives, and Lost stays open", caseAutoRefresh},
+	{"crashed-holder-expiry", "A holder cut off without releasing (auto-refresh on) stops blocking others within TTL + ExpirySlack, and its own Lost closes", caseCrashedHolder},
+	{"crash-during-acquire", "A client cut off at any moment during Acquire leaves no lock that outlives its TTL", caseCrashDuringAcquire},
+	{"refresh-extends", "Refresh with a longer TTL keeps the lock past its original TTL", caseRefreshExtends},
+	{"ttl-reports-validity", "TTL reports the remaining validity: positive, at most the TTL, not growing without a refresh", caseTTLReports},
+	{"cancelled-acquire", "An Acquire whose context ends returns promptly with the context's error and leaves nothing that blocks the next acquirer", caseCancelledAcquire},
+	{"independent-keys", "Locks on different keys do not interfere, including keys that are prefixes of each other", caseIndependentKeys},
+	{"odd-keys", "Any key works (unicode, '/', spaces, '..', '*', the maximum length) and distinct keys never collide", caseOddKeys},
+	{"closed-locker", "After Close, Acquire and TryAcquire return ErrClosed, and the locks the Locker held are released", caseClosedLocker},
+	{"invalid-input", "Empty and over-long keys fail with ErrInvalidKey; zero, negative and out-of-range TTLs fail with ErrInvalidTTL", caseInvalidInput},
+	{"fencing", "Fence is strictly increasing across successive holders of a key where Capabilities.Fencing is true, and reports ok=false where it is not", caseFencing},
+	{"lost-on-expiry", "With auto-refresh off, Lost stays open while the lock is valid and closes once its TTL runs out", caseLostOnExpiry},
+	{"do-cancels-on-loss", "Do runs fn under the lock, cancels fn's context when the lock is lost, and reports the loss as ErrNotHeld", caseDoCancelsOnLoss},
+	{"mutual-exclusion-stress", "Independent clients hammering one key never overlap in the critical section, and a fencing-checked resource accepts every write", caseStress},
+}
+
+// acquire takes key or ends the case.
+func (t *T) acquire(l locker.Locker, key string, opts ...locker.Option) locker.Lock {
+	lk, err := l.Acquire(t.ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return lk
+}
+
+// tryAcquire takes key in one attempt or ends the case.
+func (t *T) tryAcquire(l locker.Locker, key string, opts ...locker.Option) locker.Lock {
+	lk, err := l.TryAcquire(t.ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) on a free key: %v", key, err)
+	}
+	return lk
+}
+
+// acquireWithin takes key within d or ends the case.
+func (t *T) acquireWithin(l locker.Locker, key string, d time.Duration, why string) locker.Lock {
+	ctx, cancel := context.WithTimeout(t.ctx, d)
+	defer cancel()
+	lk, err := l.Acquire(ctx, key, locker.WithTTL(t.longTTL()))
+	if err != nil {
+		t.Fatalf("%s: Acquire(%q) did not succeed within %v: %v", why, key, d, err)
+	}
+	return lk
+}
+
+func (t *T) release(lk locker.Lock) {
+	if err := lk.Release(t.ctx); err != nil {
+		t.Fatalf("Release(%q): %v", lk.Key(), err)
+	}
+}
+
+// wantNotAcquired checks that TryAcquire on key fails with ErrNotAcquired.
+func (t *T) wantNotAcquired(l locker.Locker, key, why string) {
+	lk, err := l.TryAcquire(t.ctx, key, locker.WithTTL(t.longTTL()))
+	if err == nil {
+		lk.Release(t.ctx)
+		t.Fatalf("%s: TryAcquire(%q) succeeded while another client holds the key", why, key)
+	}
+	if !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("%s: TryAcquire(%q) = %v, want ErrNotAcquired", why, key, err)
+	}
+}
+
+func (t *T) wantErr(err, target error, what string) {
+	if !errors.Is(err, target) {
+		t.Errorf("%s: got error %v, want %v", what, err, target)
+	}
+}
+
+// closedWithin reports whether ch is closed within d.
+func (t *T) closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+		return false
+	case <-t.ctx.Done():
+		return false
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func caseAcquireRelease(t *T) {
+	l := t.locker()
+	key := t.key("k")
+	lk := t.acquire(l, key, locker.WithTTL(t.longTTL()))
+	if lk.Key() != key {
+		t.Errorf("Key() = %q, want %q", lk.Key(), key)
+	}
+	if lk.Token() == "" {
+		t.Errorf("Token() is empty")
+	}
+	if isClosed(lk.Lost()) {
+		t.Errorf("Lost() is closed right after Acquire")
+	}
+	d, err := lk.TTL(t.ctx)
+	if err != nil || d <= 0 || d > t.longTTL() {
+		t.Errorf("TTL() = %v, %v; want a duration in (0, %v]", d, err, t.longTTL())
+	}
+	t.release(lk)
+	if !isClosed(lk.Lost()) {
+		t.Errorf("Lost() is still open after Release returned")
+	}
+	lk2 := t.tryAcquire(t.locker(), key)
+	if lk2.Token() == lk.Token() {
+		t.Errorf("two acquisitions got the same token %q", lk.Token())
+	}
+	t.release(lk2)
+}
+
+func caseTryContended(t *T) {
+	a, b := t.locker(), t.locker()
+	key := t.key("k")
+	lk := t.tryAcquire(a, key, locker.WithTTL(t.longTTL()))
+	t.wantNotAcquired(b, key, "held by A")
+	t.wantNotAcquired(a, key, "held by A, tried by A's own Locker")
+	t.release(lk)
+	t.release(t.tryAcquire(b, key))
+}
+
+func caseReleaseWakesWaiter(t *T) {
+	a, b := t.locker(), t.locker()
+	key := t.key("k")
+	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+	var released atomic.Bool
+	type result struct {
+		lk  locker.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	// If B were only woken by expiry it would need longTTL; half of that
+	// is far more than any release notice takes.
+	ctx, cancel := context.WithTimeout(t.ctx, t.longTTL()/2)
+	defer cancel()
+	go func() {
+		lk, err := b.Acquire(ctx, key)
+		got <- result{lk, err}
+	}()
+	// Give B time to start waiting; whether or not it has, the release
+	// must reach it.
+	if t.closedWithin(ctx.Done(), 50*time.Millisecond) {
+		t.Fatalf("context ended early")
+	}
+	released.Store(true)
+	t.release(lk)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiting Acquire was not woken by the release within %v: %v", t.longTTL()/2, r.err)
+	}
+	if !released.Load() {
+		t.Errorf("waiting Acquire returned before the holder released")
+	}
+	t.release(r.lk)
+}
+
+func caseDoubleRelease(t *T) {
+	l := t.locker()
+	lk := t.acquire(l, t.key("k"))
+	t.release(lk)
+	t.wantErr(lk.Release(t.ctx), locker.ErrNotHeld, "second Release")
+	t.wantErr(lk.Refresh(t.ctx, t.longTTL()), locker.ErrNotHeld, "Refresh after Release")
+	_, err := lk.TTL(t.ctx)
+	t.wantErr(err, locker.ErrNotHeld, "TTL after Release")
+}
+
+func caseStaleOwner(t *T) {
+	a, b, c := t.locker(), t.locker(), t.locker()
+	key := t.key("k")
+	lkA := t.acquire(a, key, locker.WithTTL(t.ttl()), locker.WithAutoRefresh(false))
+	if !t.closedWithin(lkA.Lost(), t.expiryBound(t.ttl())) {
+		t.Fatalf("A's Lost() did not close within %v of a %v TTL without refresh", t.expiryBound(t.ttl()), t.ttl())
+	}
+	lkB := t.acquireWithin(b, key, t.expiryBound(t.ttl()), "A's lock expired")
+	t.wantErr(lkA.Release(t.ctx), locker.ErrNotHeld, "stale A's Release")
+	t.wantErr(lkA.Refresh(t.ctx, t.longTTL()), locker.ErrNotHeld, "stale A's Refresh")
+	_, err := lkA.TTL(t.ctx)
+	t.wantErr(err, locker.ErrNotHeld, "stale A's TTL")
+	t.wantNotAcquired(c, key, "B holds the key after stale A released")
+	if d, err := lkB.TTL(t.ctx); err != nil || d <= 0 {
+		t.Errorf("B's TTL() after stale A released = %v, %v; want B's lock intact", d, err)
+	}
+	if isClosed(lkB.Lost()) {
+		t.Errorf("B's Lost() closed after stale A released")
+	}
+	t.release(lkB)
+}
+
+func caseAutoRefresh(t *T) {
+	a, b := t.locker(), t.locker()
+	key := t.key("k")
+	lk := t.acquire(a, key, locker.WithTTL(t.ttl()))
+	hold := 3*t.ttl() + t.caps().ExpirySlack
+	if t.closedWithin(lk.Lost(), hold) {
+		t.Fatalf("Lost() closed within %v although the holder lives and auto-refresh is on", hold)
+	}
+	t.wantNotAcquired(b, key, fmt.Sprintf("after %v of a %v TTL with auto-refresh", hold, t.ttl()))
+	t.release(lk)
+}
+
+func caseCrashedHolder(t *T) {
+	a := t.crashable()
+	b := t.locker()
+	key := t.key("k")
+	lk := t.acquire(a.Locker, key, locker.WithTTL(t.ttl()))
+	a.Crash()
+	crashed := time.Now()
+	bound := t.expiryBound(t.ttl())
+	lkB := t.acquireWithin(b, key, bound, "holder crashed")
+	if !t.closedWithin(lk.Lost(), time.Until(crashed.Add(bound))) {
+		t.Errorf("the crashed holder's Lost() stayed open %v after the crash (TTL %v)", time.Since(crashed), t.ttl())
+	}
+	t.release(lkB)
+}
+
+func caseCrashDuringAcquire(t *T) {
+	// Measure one acquire, then crash clients at offsets spread over it,
+	// so that some crash lands between the request and its reply (or,
+	// on a backend that takes a lock in two steps, between the steps).
+	probe := t.locker()
+	start := time.Now()
+	t.release(t.acquire(probe, t.key("probe")))
+	lat := time.Since(start)
+	const n = 12
+	type attempt struct {
+		key     string
+		crashed time.Time
+	}
+	attempts := make([]attempt, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := t.crashable()
+		attempts[i].key = t.key(fmt.Sprintf("k%d", i))
+		offset := lat * time.Duration(i) / 8
+		done := make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.ctx, t.longTTL())
+			defer cancel()
+			go func() {
+				defer close(done)
+				c.Locker.Acquire(ctx, attempts[i].key, locker.WithTTL(t.ttl()))
+			}()
+			timer := time.NewTimer(offset)
+			select {
+			case <-timer.C:
+			case <-done:
+			}
+			c.Crash()
+			attempts[i].crashed = time.Now()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				t.Errorf("Acquire did not return within %v of its client being cut off", t.longTTL())
+			}
+		}()
+	}
+	wg.Wait()
+	obs := t.locker()
+	for _, a := range attempts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bound := time.Until(a.crashed.Add(t.expiryBound(t.ttl())))
+			ctx, cancel := context.WithTimeout(t.ctx, bound)
+			defer cancel()
+			lk, err := obs.Acquire(ctx, a.key)
+			if err != nil {
+				t.Errorf("key %q still blocked %v after its acquiring client was cut off (TTL %v): %v", a.key, t.expiryBound(t.ttl()), t.ttl(), err)
+				return
+			}
+			lk.Release(t.ctx)
+		}()
+	}
+	wg.Wait()
+}
+
+func caseRefreshExtends(t *T) {
+	a, b := t.locker(), t.locker()
+	key := t.key("k")
+	lk := t.acquire(a, key, locker.WithTTL(t.ttl()), locker.WithAutoRefresh(false))
+	longer := 3 * t.expiryBound(t.ttl())
+	if err := lk.Refresh(t.ctx, longer); err != nil {
+		t.Fatalf("Refresh(%v): %v", longer, err)
+	}
+	if d, err := lk.TTL(t.ctx); err != nil || d <= t.ttl() {
+		t.Errorf("TTL() right after Refresh(%v) = %v, %v; want more than the original %v", longer, d, err, t.ttl())
+	}
+	wait := t.expiryBound(t.ttl())
+	if t.closedWithin(lk.Lost(), wait) {
+		t.Fatalf("Lost() closed within %v although the lock was refreshed to %v", wait, longer)
+	}
+	t.wantNotAcquired(b, key, fmt.Sprintf("%v after a Refresh to %v", wait, longer))
+	t.release(lk)
+}
+
+func caseTTLReports(t *T) {
+	l := t.locker()
+	ttl := t.longTTL()
+	lk := t.acquire(l, t.key("k"), locker.WithTTL(ttl), locker.WithAutoRefresh(false))
+	d1, err := lk.TTL(t.ctx)
+	if err != nil || d1 <= 0 || d1 > ttl {
+		t.Fatalf("TTL() = %v, %v; want a duration in (0, %v]", d1, err, ttl)
+	}
+	if t.closedWithin(t.ctx.Done(), 20*time.Millisecond) {
+		t.Fatalf("context ended")
+	}
+	d2, err := lk.TTL(t.ctx)
+	if err != nil || d2 <= 0 || d2 > d1 {
+		t.Errorf("TTL() later = %v, %v; want a duration in (0, %v] (the earlier reading)", d2, err, d1)
+	}
+	t.release(lk)
+}
+
+func caseCancelledAcquire(t *T) {
+	a, b, c := t.locker(), t.locker(), t.locker()
+	key := t.key("k")
+	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+
+	// Already cancelled: fails at once, even on a free key.
+	dead, cancel := context.WithCancel(t.ctx)
+	cancel()
+	if lk, err := b.Acquire(dead, t.key("free")); err == nil {
+		lk.Release(t.ctx)
+		t.Errorf("Acquire with a cancelled context succeeded")
+	} else {
+		t.wantErr(err, context.Canceled, "Acquire with a cancelled context")
+	}
+	t.release(t.tryAcquire(c, t.key("free")))
+
+	// Cancelled while waiting.
+	ctx, cancel := context.WithCancel(t.ctx)
+	errc := make(chan error, 1)
+	go func() {
+		lk, err := b.Acquire(ctx, key)
+		if err == nil {
+			lk.Release(t.ctx)
+		}
+		errc <- err
+	}()
+	if t.closedWithin(t.ctx.Done(), 50*time.Millisecond) {
+		t.Fatalf("context ended")
+	}
+	cancel()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(t.longTTL() / 2):
+		t.Fatalf("Acquire did not return within %v of its context being cancelled", t.longTTL()/2)
+	}
+	t.wantErr(err, context.Canceled, "Acquire cancelled while waiting")
+	// What the cancelled waiter left must not block the next acquirer.
+	t.release(lk)
+	lkC := t.acquireWithin(c, key, t.longTTL()/2, "after the holder released, with a cancelled waiter before us")
+	t.release(lkC)
+}
+
+func caseIndependentKeys(t *T) {
+	a, b := t.locker(), t.locker()
+	base := t.key("k")
+	keys := []string{base, base + "/child", base + "/child/grandchild", base + "-sibling", base + "/"}
+	var held []locker.Lock
+	for i, k := range keys {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		held = append(held, t.tryAcquire(l, k, locker.WithTTL(t.longTTL())))
+	}
+	for _, lk := range held {
+		t.release(lk)
+	}
+}
+
+// oddKeys returns keys that a naive encoding would reject or confuse.
+func oddKeys(base string, maxLen int) []string {
+	keys := []string{
+		base + "/unicode/ключ/鍵/🔒",
+		base + "/with space",
+		base + "/dot/../dot",
+		base + "/dot/..",
+		base + "/dot/.",
+		base + "/star/*",
+		base + "/star/?[a]",
+		base + "//double//slash",
+		base + "/trailing/",
+		base + "/percent%2Fslash",
+		base + "/colon:brace{x}",
+		base + "/back\\slash",
+		base + "/quote'\"",
+		base + "/newline\nkey",
+		base + "/under_score",
+		base + "/under/score",
+		"/" + base + "/leading-slash",
+	}
+	if n := maxLen - len(base) - len("/max/"); n > 0 {
+		keys = append(keys, base+"/max/"+strings.Repeat("m", n))
+	}
+	return keys
+}
+
+func caseOddKeys(t *T) {
+	a, b := t.locker(), t.locker()
+	keys := oddKeys(t.key("k"), t.caps().MaxKeyLen)
+	// Hold them all at once: no two may collide.
+	var held []locker.Lock
+	for _, k := range keys {
+		lk, err := a.TryAcquire(t.ctx, k, locker.WithTTL(t.longTTL()))
+		if err != nil {
+			t.Errorf("TryAcquire(%q) while holding %d other odd keys: %v", k, len(held), err)
+			continue
+		}
+		if lk.Key() != k {
+			t.Errorf("Key() = %q, want %q", lk.Key(), k)
+		}
+		held = append(held, lk)
+	}
+	for _, lk := range held {
+		t.wantNotAcquired(b, lk.Key(), "odd key held by A")
+	}
+	for _, lk := range held {
+		t.release(lk)
+	}
+	for _, k := range keys {
+		t.release(t.tryAcquire(b, k))
+	}
+}
+
+func caseClosedLocker(t *T) {
+	a, b := t.locker(), t.locker()
+	key := t.key("k")
+	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if !isClosed(lk.Lost()) {
+		t.Errorf("Lost() of a lock held by a closed Locker is still open")
+	}
+	_, err := a.Acquire(t.ctx, t.key("other"))
+	t.wantErr(err, locker.ErrClosed, "Acquire after Close")
+	_, err = a.TryAcquire(t.ctx, t.key("other"))
+	t.wantErr(err, locker.ErrClosed, "TryAcquire after Close")
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+	// Close released the key: it is free now, not after longTTL.
+	t.release(t.tryAcquire(b, key))
+}
+
+func caseInvalidInput(t *T) {
+	l := t.locker()
+	caps := t.caps()
+	tooLong := strings.Repeat("k", caps.MaxKeyLen+1)
+	for _, k := range []string{"", tooLong} {
+		_, err := l.TryAcquire(t.ctx, k)
+		t.wantErr(err, locker.ErrInvalidKey, fmt.Sprintf("TryAcquire with a %d-byte key", len(k)))
+		_, err = l.Acquire(t.ctx, k)
+		t.wantErr(err, locker.ErrInvalidKey, fmt.Sprintf("Acquire with a %d-byte key", len(k)))
+		if err != nil && !strings.Contains(strings.ToLower(err.Error()), "key") {
+			t.Errorf("error for an invalid key does not say what is wrong: %v", err)
+		}
+	}
+	ttls := []time.Duration{0, -time.Second}
+	if caps.MinTTL > time.Nanosecond {
+		ttls = append(ttls, caps.MinTTL-time.Nanosecond)
+	}
+	if caps.MaxTTL > 0 {
+		ttls = append(ttls, caps.MaxTTL+time.Millisecond)
+	}
+	for _, ttl := range ttls {
+		_, err := l.TryAcquire(t.ctx, t.key("k"), locker.WithTTL(ttl))
+		t.wantErr(err, locker.ErrInvalidTTL, fmt.Sprintf("TryAcquire with TTL %v", ttl))
+		if err != nil && !strings.Contains(strings.ToLower(err.Error()), "ttl") {
+			t.Errorf("error for an invalid TTL does not say what is wrong: %v", err)
+		}
+	}
+	lk := t.tryAcquire(l, t.key("k"), locker.WithTTL(t.longTTL()))
+	for _, ttl := range ttls {
+		t.wantErr(lk.Refresh(t.ctx, ttl), locker.ErrInvalidTTL, fmt.Sprintf("Refresh with TTL %v", ttl))
+	}
+	// None of the rejected calls may have left anything behind.
+	t.release(lk)
+	t.release(t.tryAcquire(t.locker(), t.key("k")))
+}
+
+func caseFencing(t *T) {
+	a, b := t.locker(), t.locker()
+	key := t.key("k")
+	fenced := t.caps().Fencing
+	var last uint64
+	for i := range 6 {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		lk := t.acquire(l, key)
+		f, ok := lk.Fence()
+		t.release(lk)
+		if !fenced {
+			if ok {
+				t.Fatalf("Fence() = %d, true on a backend whose Capabilities().Fencing is false", f)
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("Fence() reports ok=false on a backend whose Capabilities().Fencing is true")
+		}
+		if i > 0 && f <= last {
+			t.Fatalf("holder %d got fence %d after holder %d got %d: fences must strictly increase", i+1, f, i, last)
+		}
+		last = f
+	}
+	if !fenced {
+		t.Skipf("the backend mints no fencing tokens (Capabilities().Fencing is false); Fence() correctly reports ok=false")
+	}
+}
+
+func caseLostOnExpiry(t *T) {
+	a, b := t.locker(), t.locker()
+	key := t.key("k")
+	ttl := t.ttl()
+	start := time.Now()
+	lk := t.acquire(a, key, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
+	if isClosed(lk.Lost()) {
+		t.Fatalf("Lost() closed right after Acquire of a %v lock", ttl)
+	}
+	if !t.closedWithin(lk.Lost(), t.expiryBound(ttl)) {
+		t.Fatalf("Lost() still open %v after Acquire with a %v TTL and no refresh", time.Since(start), ttl)
+	}
+	if el := time.Since(start); el < ttl/2 {
+		t.Errorf("Lost() closed after %v, well before the %v TTL ran out", el, ttl)
+	}
+	t.release(t.acquireWithin(b, key, t.expiryBound(ttl), "expired lock"))
+}
+
+func caseDoCancelsOnLoss(t *T) {
+	l := t.locker()
+	key := t.key("k")
+	ran := false
+	sentinel := errors.New("fn's own error")
+	err := locker.Do(t.ctx, l, key, func(ctx context.Context, lk locker.Lock) error {
+		ran = true
+		if lk.Key() != key {
+			t.Errorf("Do passed a lock on %q, want %q", lk.Key(), key)
+		}
+		return sentinel
+	})
+	if !ran || !errors.Is(err, sentinel) {
+		t.Errorf("Do = %v (fn ran: %v), want fn's error", err, ran)
+	}
+	// Do released: the key is free.
+	t.release(t.tryAcquire(t.locker(), key))
+
+	ttl := t.ttl()
+	var cause error
+	err = locker.Do(t.ctx, l, key, func(ctx context.Context, lk locker.Lock) error {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(t.expiryBound(ttl)):
+			t.Errorf("fn's context not cancelled %v after Acquire of a %v lock without refresh", t.expiryBound(ttl), ttl)
+		}
+		return nil
+	}, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
+	t.wantErr(cause, locker.ErrNotHeld, "the cause of fn's cancelled context")
+	t.wantErr(err, locker.ErrNotHeld, "Do's error after the lock was lost")
+}
+
+// fencedResource is a resource protected by a lock: it counts holders
+// inside the critical section at once, and, like a storage service that
+// checks fencing tokens, rejects a write whose fence is not larger than
+// the largest it has accepted.
+type fencedResource struct {
+	inside   atomic.Int32
+	overlaps atomic.Int32
+	mu       sync.Mutex
+	maxFence uint64
+	rejected int
+	writes   int
+}
+
+func (r *fencedResource) write(fence uint64, fenced bool) {
+	if r.inside.Add(1) > 1 {
+		r.overlaps.Add(1)
+	}
+	r.mu.Lock()
+	r.writes++
+	if fenced {
+		if fence <= r.maxFence {
+			r.rejected++
+		} else {
+			r.maxFence = fence
+		}
+	}
+	r.mu.Unlock()
+	// Stay inside a little, so that an overlap has a chance to show.
+	for range 100 {
+		if r.inside.Load() > 1 {
+			break
+		}
+	}
+	r.inside.Add(-1)
+}
+
+func caseStress(t *T) {
+	const clients, rounds = 4, 25
+	key := t.key("k")
+	var res fencedResource
+	var wg sync.WaitGroup
+	for range clients {
+		l := t.locker()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				lk, err := l.Acquire(t.ctx, key, locker.WithTTL(t.longTTL()))
+				if err != nil {
+					t.Errorf("Acquire under contention: %v", err)
+					return
+				}
+				f, ok := lk.Fence()
+				res.write(f, ok)
+				if err := lk.Release(t.ctx); err != nil {
+					t.Errorf("Release under contention: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := res.overlaps.Load(); n > 0 {
+		t.Errorf("%d of %d critical sections overlapped with another holder's", n, res.writes)
+	}
+	if res.rejected > 0 {
+		t.Errorf("the fencing-checked resource rejected %d of %d writes: a fence was not larger than an earlier holder's", res.rejected, res.writes)
+	}
+	if res.writes != clients*rounds {
+		t.Errorf("%d critical sections ran, want %d", res.writes, clients*rounds)
+	}
+}
