@@ -624,25 +624,27 @@ func (r *fencedResource) write(fence uint64, fenced bool) {
 		}
 	}
 	r.mu.Unlock()
-	// Stay inside a little, so that an overlap has a chance to show.
-	for range 100 {
-		if r.inside.Load() > 1 {
-			break
-		}
-	}
+	// The work done under the lock: long enough that another holder, if
+	// the lock let one in, would be inside at the same time.
+	time.Sleep(criticalSection)
 	r.inside.Add(-1)
 }
+
+// criticalSection is how long each stress round holds the resource.
+const criticalSection = 200 * time.Microsecond
 
 func caseStress(t *T) {
 	const clients, rounds = 4, 25
 	key := t.key("k")
 	var res fencedResource
 	var wg sync.WaitGroup
+	start := make(chan struct{}) // all clients contend from the first round
 	for range clients {
 		l := t.locker()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			for range rounds {
 				lk, err := l.Acquire(t.ctx, key, locker.WithTTL(t.longTTL()))
 				if err != nil {
@@ -658,6 +660,7 @@ func caseStress(t *T) {
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
 	if n := res.overlaps.Load(); n > 0 {
 		t.Errorf("%d of %d critical sections overlapped with another holder's", n, res.writes)

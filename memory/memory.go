@@ -90,6 +90,8 @@ type Store struct {
 	mu    sync.Mutex
 	keys  map[string]*entry
 	fence uint64
+
+	queued func(key string) // test hook: a waiter joined key's queue
 }
 
 // NewStore returns an empty Store.
@@ -215,8 +217,12 @@ func (d *Driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	}
 	w := &waiter{d: d, req: req, grant: make(chan backend.Acquisition, 1)}
 	elem := e.waiters.PushBack(w)
+	hook := s.queued
 	s.mu.Unlock()
 	notify()
+	if hook != nil {
+		hook(req.Key)
+	}
 
 	var cause error
 	select {

@@ -8,6 +8,7 @@ import (
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/conformance"
 	"github.com/distlock/locker/memory"
+	"go.uber.org/goleak"
 )
 
 // harness makes clients of one Store; Crash cuts a client off the store.
@@ -35,4 +36,43 @@ func TestConformanceURL(t *testing.T) {
 		},
 		TTL: 100 * time.Millisecond,
 	})
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestFIFOHandOff checks that blocked Acquire calls get the key in the
+// order they queued.
+func TestFIFOHandOff(t *testing.T) {
+	ctx := context.Background()
+	s := memory.NewStore()
+	queued := make(chan struct{})
+	memory.OnQueued(s, func(string) { queued <- struct{}{} })
+	l := memory.New(&memory.Options{Store: s})
+	defer l.Close()
+	first, err := l.Acquire(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	order := make(chan int, n)
+	for i := range n {
+		go func() {
+			lk, err := l.Acquire(ctx, "q")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			lk.Release(ctx)
+		}()
+		<-queued // waiter i is in the queue before waiter i+1 starts
+	}
+	first.Release(ctx)
+	for want := range n {
+		if got := <-order; got != want {
+			t.Fatalf("waiter %d got the key in turn %d: not FIFO", got, want)
+		}
+	}
 }

@@ -1,0 +1,286 @@
+package locker_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/memory"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		url  string
+		want []string // substrings the error must contain
+	}{
+		{"", []string{"empty URL", "memory"}},
+		{"::not a url", []string{"malformed URL"}},
+		{"localhost:6379", []string{"unknown scheme", "memory"}},
+		{"nosuch://host", []string{`unknown scheme "nosuch"`, "registered schemes: memory"}},
+		{"memory://?colour=blue", []string{`invalid query parameter "colour"`, "known: prefix, ttl"}},
+		{"memory://?a=1&b=2", []string{`invalid query parameters ["a" "b"]`}},
+		{"memory://?ttl=soon", []string{`ttl="soon"`, "duration"}},
+		{"memory://?ttl=-1s", []string{"ttl", "positive"}},
+		{"memory://?ttl=0s", []string{"ttl", "positive"}},
+		{"memory://x/some/path", []string{"unexpected path"}},
+		{"memory://user:secret@x?bad=1", []string{"bad", "xxxxx"}},
+	}
+	for _, tt := range tests {
+		l, err := locker.Open(ctx, tt.url)
+		if err == nil {
+			l.Close()
+			t.Errorf("Open(%q) succeeded, want an error", tt.url)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Open(%q) = %q, want it to mention %q", tt.url, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("Open(%q) error leaks the password: %q", tt.url, err)
+		}
+	}
+}
+
+func TestOpenSharedParams(t *testing.T) {
+	ctx := context.Background()
+	a, err := locker.Open(ctx, "memory://params?ttl=150ms&prefix=app1/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := locker.Open(ctx, "memory://params?prefix=app2/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	lk, err := a.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk.Key() != "job" {
+		t.Errorf("Key() = %q, want the key without prefix", lk.Key())
+	}
+	if d, err := lk.TTL(ctx); err != nil || d > 150*time.Millisecond {
+		t.Errorf("TTL() = %v, %v; want at most the URL's ttl=150ms", d, err)
+	}
+	// Another prefix is another namespace.
+	lk2, err := b.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Errorf("prefix app2/ collides with prefix app1/: %v", err)
+	} else {
+		lk2.Release(ctx)
+	}
+	lk.Release(ctx)
+}
+
+func TestErrorsNameOpAndKey(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+	lk, err := l.TryAcquire(ctx, "orders/42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.TryAcquire(ctx, "orders/42")
+	var oe *locker.OpError
+	if !errors.As(err, &oe) || oe.Op != "try-acquire" || oe.Key != "orders/42" {
+		t.Fatalf("error %v is not an *OpError for try-acquire of orders/42", err)
+	}
+	if !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("errors.Is(%v, ErrNotAcquired) = false", err)
+	}
+	if want := `locker: try-acquire "orders/42": lock not acquired`; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error = %q, want prefix %q", err, want)
+	}
+	lk.Release(ctx)
+
+	huge := strings.Repeat("x", 1<<20)
+	_, err = l.TryAcquire(ctx, huge)
+	if !errors.Is(err, locker.ErrInvalidKey) || len(err.Error()) > 300 {
+		t.Errorf("1 MiB key: error %.300q, want a short ErrInvalidKey", err)
+	}
+}
+
+func TestDo(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+
+	// fn runs exclusively: concurrent Do calls never overlap.
+	var mu sync.Mutex
+	inside, maxInside := 0, 0
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := locker.Do(ctx, l, "do", func(ctx context.Context, lk locker.Lock) error {
+				mu.Lock()
+				inside++
+				maxInside = max(maxInside, inside)
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // the work
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if maxInside != 1 {
+		t.Errorf("%d Do bodies ran at once, want 1", maxInside)
+	}
+
+	// Acquire failure is returned and fn does not run.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	ran := false
+	err := locker.Do(cctx, l, "do", func(context.Context, locker.Lock) error { ran = true; return nil })
+	if ran || !errors.Is(err, context.Canceled) {
+		t.Errorf("Do with a cancelled context: ran=%v err=%v", ran, err)
+	}
+
+	// fn cancelling its own work does not stop the release.
+	err = locker.Do(ctx, l, "do", func(ctx context.Context, lk locker.Lock) error {
+		return nil
+	})
+	if err != nil {
+		t.Errorf("Do = %v", err)
+	}
+	lk, err := l.TryAcquire(ctx, "do")
+	if err != nil {
+		t.Fatalf("Do left the key held: %v", err)
+	}
+	lk.Release(ctx)
+}
+
+// countingDriver counts refresh round trips and can refresh in batches.
+type countingDriver struct {
+	*memory.Driver
+	mu      sync.Mutex
+	single  int
+	batches []int
+}
+
+func (d *countingDriver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	acq, err := d.Driver.TryAcquire(ctx, req)
+	if err == nil {
+		acq.Held = &countingHeld{Held: acq.Held, d: d}
+	}
+	return acq, err
+}
+
+func (d *countingDriver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []time.Duration) []error {
+	d.mu.Lock()
+	d.batches = append(d.batches, len(locks))
+	d.mu.Unlock()
+	errs := make([]error, len(locks))
+	for i, h := range locks {
+		errs[i] = h.(*countingHeld).Held.Refresh(ctx, ttls[i])
+	}
+	return errs
+}
+
+type countingHeld struct {
+	backend.Held
+	d *countingDriver
+}
+
+func (h *countingHeld) Refresh(ctx context.Context, ttl time.Duration) error {
+	h.d.mu.Lock()
+	h.d.single++
+	h.d.mu.Unlock()
+	return h.Held.Refresh(ctx, ttl)
+}
+
+// TestWatchdogBatches checks that locks due together are refreshed in one
+// batch by one watchdog, and stay held.
+func TestWatchdogBatches(t *testing.T) {
+	ctx := context.Background()
+	d := &countingDriver{Driver: memory.NewDriver(memory.NewStore())}
+	l := locker.New(d, nil)
+	defer l.Close()
+	const n, ttl = 20, 300 * time.Millisecond
+	var locks []locker.Lock
+	for i := range n {
+		lk, err := l.TryAcquire(ctx, "batch/"+string(rune('a'+i)), locker.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lk)
+	}
+	// Two refresh periods.
+	time.Sleep(ttl)
+	for _, lk := range locks {
+		if _, err := lk.TTL(ctx); err != nil {
+			t.Fatalf("lock %s lost under the watchdog: %v", lk.Key(), err)
+		}
+		lk.Release(ctx)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.single != 0 {
+		t.Errorf("%d single refreshes, want all batched", d.single)
+	}
+	total := 0
+	for _, b := range d.batches {
+		total += b
+	}
+	if len(d.batches) == 0 || total < n || len(d.batches) >= total {
+		t.Errorf("batches %v: want the %d locks refreshed in batches of several", d.batches, n)
+	}
+}
+
+func TestLoggerSeesFailedRefresh(t *testing.T) {
+	ctx := context.Background()
+	var buf syncBuffer
+	d := memory.NewDriver(memory.NewStore())
+	l := locker.New(d, &locker.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	defer l.Close()
+	lk, err := l.Acquire(ctx, "k", locker.WithTTL(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Cut()
+	<-lk.Lost()
+	if !strings.Contains(buf.String(), "refresh failed") {
+		t.Errorf("log %q does not report the failed refresh", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
