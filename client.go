@@ -181,7 +181,7 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		}
 		return nil, opErr(op, key, err)
 	}
-	lk.start(acq, start)
+	start = lk.start(acq, start)
 	if !c.track(lk) {
 		// Closed while we were acquiring: give the lock back.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)

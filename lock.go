@@ -61,7 +61,11 @@ type lock struct {
 	due       time.Time
 }
 
-func (lk *lock) start(acq backend.Acquisition, start time.Time) {
+// start records a new acquisition and returns when its TTL began.
+func (lk *lock) start(acq backend.Acquisition, start time.Time) time.Time {
+	if !acq.Start.IsZero() {
+		start = acq.Start
+	}
 	lk.held = acq.Held
 	lk.fence, lk.fenced = acq.Fence, acq.Fenced
 	lk.mu.Lock()
@@ -78,6 +82,7 @@ func (lk *lock) start(acq backend.Acquisition, start time.Time) {
 	if lk.state == stateHeld { // the backend may have reported it lost already
 		lk.timer = time.AfterFunc(time.Until(lk.deadline), lk.expire)
 	}
+	return start
 }
 
 // expire runs at the local validity deadline.

@@ -88,11 +88,16 @@ type Acquisition struct {
 	// TTL is the lifetime actually in force if the server changed the one
 	// requested (for example raised it to a minimum); 0 means as requested.
 	TTL time.Duration
-	// Validity, when not zero, is how long from the start of the attempt
-	// the lock is certainly held, as the driver computed it (Redlock
-	// subtracts elapsed time and clock drift). When zero, package locker
-	// uses TTL minus its drift allowance.
+	// Validity, when not zero, is how long from Start the lock is
+	// certainly held, as the driver computed it (Redlock subtracts elapsed
+	// time and clock drift). When zero, package locker uses TTL minus its
+	// drift allowance.
 	Validity time.Duration
+	// Start is when the lock's TTL began, as near as the driver knows: no
+	// later than the sending of the request that took it. A driver that
+	// waits natively sets it, since the lock may be granted long after
+	// the call began. Zero means the start of the call.
+	Start time.Time
 }
 
 // Held is a lock taken by a driver.

@@ -17,6 +17,7 @@ var cases = []testCase{
 	{"acquire-release", "Acquire takes a free key; the lock reports its key, a token and a positive TTL; Release frees the key and closes Lost", caseAcquireRelease},
 	{"try-acquire-contended", "TryAcquire on a held key fails at once with ErrNotAcquired, and succeeds once the holder releases", caseTryContended},
 	{"release-wakes-waiter", "A blocked Acquire is woken by the holder's Release, not by the TTL running out", caseReleaseWakesWaiter},
+	{"waiter-gets-full-ttl", "A lock granted after a long wait is valid for its whole TTL from the grant, not from the start of the wait", caseWaiterFullTTL},
 	{"double-release", "A second Release returns ErrNotHeld, as do Refresh and TTL after Release", caseDoubleRelease},
 	{"stale-owner", "After A's lock expires and B acquires the key, A's Release, Refresh and TTL return ErrNotHeld and B still holds the key", caseStaleOwner},
 	{"auto-refresh", "With auto-refresh on, a lock outlives several TTLs while its holder lives, and Lost stays open", caseAutoRefresh},
@@ -182,6 +183,39 @@ func caseReleaseWakesWaiter(t *T) {
 		t.Errorf("waiting Acquire returned before the holder released")
 	}
 	t.release(r.lk)
+}
+
+func caseWaiterFullTTL(t *T) {
+	a, b := t.locker(), t.locker()
+	key := t.key("k")
+	ttl := t.ttl()
+	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+	got := make(chan locker.Lock, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.ctx, t.longTTL()/2)
+		defer cancel()
+		lk, err := b.Acquire(ctx, key, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
+		if err != nil {
+			t.Errorf("waiting Acquire: %v", err)
+		}
+		got <- lk
+	}()
+	// Wait longer than the waiter's TTL before releasing.
+	if t.closedWithin(t.ctx.Done(), ttl+ttl/2) {
+		t.Fatalf("context ended")
+	}
+	t.release(lk)
+	lkB := <-got
+	if lkB == nil {
+		return
+	}
+	if isClosed(lkB.Lost()) {
+		t.Fatalf("Lost() closed at once for a %v lock granted after a %v wait", ttl, ttl+ttl/2)
+	}
+	if d, err := lkB.TTL(t.ctx); err != nil || d < ttl/2 {
+		t.Errorf("TTL() right after a grant = %v, %v; want most of the %v TTL", d, err, ttl)
+	}
+	t.release(lkB)
 }
 
 func caseDoubleRelease(t *T) {

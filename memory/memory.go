@@ -275,7 +275,8 @@ func (s *Store) grantLocked(key string, d *Driver, req backend.Request) backend.
 	}
 	s.fence++
 	e.owner, e.token, e.onLost = d, req.Token, req.OnLost
-	e.expires = time.Now().Add(req.TTL)
+	now := time.Now()
+	e.expires = now.Add(req.TTL)
 	if e.timer == nil {
 		e.timer = time.AfterFunc(req.TTL, func() { s.expire(e) })
 	} else {
@@ -285,6 +286,7 @@ func (s *Store) grantLocked(key string, d *Driver, req backend.Request) backend.
 		Held:   &held{d: d, e: e, token: req.Token},
 		Fence:  s.fence,
 		Fenced: true,
+		Start:  now,
 	}
 }
 
