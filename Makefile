@@ -1,0 +1,38 @@
+# make test           everything: install servers if missing, start them, vet,
+#                     go test -race against them, stop them
+# make example        the main job on the embedded memory backend, no servers
+# make services-up    start the servers for development (then:
+#                     eval $$(scripts/services.sh env))
+# make services-down  stop them
+# make bench          benchmarks against running servers (make services-up first)
+
+GO ?= go
+
+.PHONY: test example services-up services-down install vet test-short bench
+
+test:
+	scripts/test.sh
+
+example:
+	$(GO) run ./examples/swap
+
+install:
+	scripts/install.sh
+
+services-up: install
+	scripts/services.sh up
+	@echo 'now: eval $$(scripts/services.sh env)'
+
+services-down:
+	scripts/services.sh down
+
+vet:
+	$(GO) vet ./...
+
+# Unit tests without servers: backend tests skip.
+test-short:
+	$(GO) test -race -count=1 ./...
+
+bench:
+	. $${LOCKER_SERVICES_DIR:-/tmp/locker-services}/env && \
+		$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,49 @@
+// Package testenv finds the real servers the tests run against.
+//
+// scripts/services.sh starts redis-server, ZooKeeper and etcd on loopback and
+// exports their addresses as LOCKER_TEST_* variables; `make test` does that
+// and sets LOCKER_REQUIRE_SERVERS=1. Without the variables a test that needs
+// a server skips with a message saying how to start one; with
+// LOCKER_REQUIRE_SERVERS=1 that skip is a failure instead, so a test run that
+// silently tested nothing cannot pass.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// The variables scripts/services.sh exports.
+const (
+	RedisURL        = "LOCKER_TEST_REDIS_URL"         // redis://host:port, one instance
+	RedlockURL      = "LOCKER_TEST_REDLOCK_URL"       // redlock://h1:p1,...,h5:p5
+	RedisClusterURL = "LOCKER_TEST_REDIS_CLUSTER_URL" // redis://h1:p1,h2:p2,h3:p3
+	ZooKeeperURL    = "LOCKER_TEST_ZK_URL"            // zookeeper://host:port
+	EtcdURL         = "LOCKER_TEST_ETCD_URL"          // etcd://host:port
+	ServicesDir     = "LOCKER_TEST_SERVICES_DIR"      // state directory of the servers
+	RedisServer     = "LOCKER_TEST_REDIS_SERVER"      // path of the redis-server binary
+	ZKClasspath     = "LOCKER_TEST_ZK_CLASSPATH"      // java classpath of ZooKeeper
+	EtcdBin         = "LOCKER_TEST_ETCD_BIN"          // path of the etcd binary
+)
+
+// Require is the variable that turns a missing server into a failure.
+const Require = "LOCKER_REQUIRE_SERVERS"
+
+// Required reports whether missing servers fail tests instead of skipping them.
+func Required() bool { return os.Getenv(Require) == "1" }
+
+// Get returns the value of the variable name. When it is unset the test
+// skips, or fails when Required.
+func Get(t testing.TB, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v != "" {
+		return v
+	}
+	msg := name + " is not set; start the servers with `make services-up` and `eval $(scripts/services.sh env)`, or run `make test`"
+	if Required() {
+		t.Fatalf("%s (and %s=1 forbids skipping)", msg, Require)
+	}
+	t.Skip(msg)
+	return ""
+}

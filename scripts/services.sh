@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Starts and stops the real servers the tests run against, on 127.0.0.1 high
+# ports, with all state under one directory (LOCKER_SERVICES_DIR, default
+# /tmp/locker-services). Nothing is mocked and nothing is installed here; see
+# scripts/install.sh.
+#
+#   scripts/services.sh up       start whatever is not running, wait until healthy
+#   scripts/services.sh down     stop everything started here, remove the directory
+#   scripts/services.sh env      print the LOCKER_TEST_* variables (for eval)
+#   scripts/services.sh status   show what runs
+#
+# Layout (ports):
+#   redis single instance   27000
+#   redlock masters         27001-27005 (five independent masters)
+#   redis cluster           27011-27013 (three masters, no replicas)
+#   zookeeper standalone    22181
+#   etcd single member      23379 (peer 23380)
+set -euo pipefail
+
+DIR=${LOCKER_SERVICES_DIR:-/tmp/locker-services}
+HOST=127.0.0.1
+REDIS_SINGLE=27000
+REDLOCK_PORTS=(27001 27002 27003 27004 27005)
+CLUSTER_PORTS=(27011 27012 27013)
+ZK_PORT=22181
+ETCD_PORT=23379
+ETCD_PEER=23380
+ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-all.jar:/usr/share/java/metrics-core.jar:/usr/share/java/snappy-java.jar
+
+log() { echo "services.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+alive() { # alive NAME: the process recorded in NAME.pid runs
+	local pidfile="$DIR/$1.pid"
+	[ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+}
+
+wait_for() { # wait_for WHAT SECONDS CMD...: retry CMD until it succeeds
+	local what=$1 secs=$2
+	shift 2
+	local deadline=$((SECONDS + secs))
+	until "$@" >/dev/null 2>&1; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			die "$what did not become healthy within ${secs}s (logs in $DIR)"
+		fi
+		sleep 0.1
+	done
+}
+
+redis_ping() { [ "$(redis-cli -h $HOST -p "$1" ping 2>/dev/null)" = PONG ]; }
+
+start_redis() { # start_redis NAME PORT [extra redis-server args]
+	local name=$1 port=$2
+	shift 2
+	alive "$name" && return 0
+	mkdir -p "$DIR/$name"
+	# No persistence: tests restart nodes to simulate data loss on purpose.
+	redis-server --bind $HOST --port "$port" --dir "$DIR/$name" \
+		--save '' --appendonly no --protected-mode no \
+		--maxmemory-policy noeviction \
+		--daemonize yes --pidfile "$DIR/$name.pid" \
+		--logfile "$DIR/$name/redis.log" "$@" >/dev/null
+	wait_for "redis $name on :$port" 10 redis_ping "$port"
+}
+
+cluster_ok() {
+	local p
+	for p in "${CLUSTER_PORTS[@]}"; do
+		redis-cli -h $HOST -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || return 1
+	done
+}
+
+start_cluster() {
+	local p
+	for p in "${CLUSTER_PORTS[@]}"; do
+		start_redis "cluster-$p" "$p" --cluster-enabled yes \
+			--cluster-config-file nodes.conf --cluster-node-timeout 2000
+	done
+	cluster_ok && return 0
+	local nodes=()
+	for p in "${CLUSTER_PORTS[@]}"; do nodes+=("$HOST:$p"); done
+	redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+		>"$DIR/cluster-create.log" 2>&1 || die "redis cluster create failed: $(tail -3 "$DIR/cluster-create.log")"
+	wait_for "redis cluster" 30 cluster_ok
+}
+
+four_letter() { # four_letter PORT WORD: send a ZooKeeper four-letter command
+	local out
+	exec 3<>"/dev/tcp/$HOST/$1" || return 1
+	printf '%s' "$2" >&3
+	out=$(cat <&3)
+	exec 3<&-
+	printf '%s' "$out"
+}
+
+zk_ok() { [ "$(four_letter "$ZK_PORT" ruok 2>/dev/null)" = imok ] && four_letter "$ZK_PORT" srvr 2>/dev/null | grep -q 'Mode: standalone'; }
+
+start_zookeeper() { # launches the JVM; up() waits for health
+	alive zookeeper && return 0
+	command -v java >/dev/null || die "java not found (run scripts/install.sh)"
+	[ -f /usr/share/java/zookeeper.jar ] || die "ZooKeeper not found (run scripts/install.sh)"
+	mkdir -p "$DIR/zookeeper/data"
+	# tickTime 500 ms lets sessions be as short as 1 s (2 ticks), so crashed
+	# holders expire quickly in tests; maxSessionTimeout allows long TTLs.
+	cat >"$DIR/zookeeper/zoo.cfg" <<-CFG
+		tickTime=500
+		dataDir=$DIR/zookeeper/data
+		clientPort=$ZK_PORT
+		clientPortAddress=$HOST
+		minSessionTimeout=1000
+		maxSessionTimeout=120000
+		maxClientCnxns=0
+		admin.enableServer=false
+		4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+		forceSync=no
+	CFG
+	nohup java -Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir="$DIR/zookeeper" \
+		-cp "$ZK_CLASSPATH" org.apache.zookeeper.server.ZooKeeperServerMain \
+		"$DIR/zookeeper/zoo.cfg" >"$DIR/zookeeper/zookeeper.log" 2>&1 &
+	echo $! >"$DIR/zookeeper.pid"
+	# Not waited for here: the JVM starts while the other servers do; up()
+	# checks its health last.
+}
+
+etcd_ok() { curl -fsS "http://$HOST:$ETCD_PORT/health" | grep -q '"health":"true"'; }
+
+start_etcd() {
+	alive etcd && return 0
+	command -v etcd >/dev/null || die "etcd not found (run scripts/install.sh)"
+	mkdir -p "$DIR/etcd"
+	nohup etcd --name locker --data-dir "$DIR/etcd/data" \
+		--listen-client-urls "http://$HOST:$ETCD_PORT" \
+		--advertise-client-urls "http://$HOST:$ETCD_PORT" \
+		--listen-peer-urls "http://$HOST:$ETCD_PEER" \
+		--initial-advertise-peer-urls "http://$HOST:$ETCD_PEER" \
+		--initial-cluster "locker=http://$HOST:$ETCD_PEER" \
+		--logger zap --log-outputs stderr --log-level warn \
+		>"$DIR/etcd/etcd.log" 2>&1 &
+	echo $! >"$DIR/etcd.pid"
+	wait_for "etcd on :$ETCD_PORT" 30 etcd_ok
+}
+
+print_env() {
+	local redlock="" cluster="" p
+	for p in "${REDLOCK_PORTS[@]}"; do redlock+="${redlock:+,}$HOST:$p"; done
+	for p in "${CLUSTER_PORTS[@]}"; do cluster+="${cluster:+,}$HOST:$p"; done
+	cat <<-ENV
+		export LOCKER_TEST_SERVICES_DIR=$DIR
+		export LOCKER_TEST_REDIS_URL=redis://$HOST:$REDIS_SINGLE
+		export LOCKER_TEST_REDLOCK_URL=redlock://$redlock
+		export LOCKER_TEST_REDIS_CLUSTER_URL=redis://$cluster
+		export LOCKER_TEST_ZK_URL=zookeeper://$HOST:$ZK_PORT
+		export LOCKER_TEST_ETCD_URL=etcd://$HOST:$ETCD_PORT
+		export LOCKER_TEST_REDIS_SERVER=$(command -v redis-server)
+		export LOCKER_TEST_ZK_CLASSPATH=$ZK_CLASSPATH
+		export LOCKER_TEST_ETCD_BIN=$(command -v etcd)
+	ENV
+}
+
+up() {
+	mkdir -p "$DIR"
+	command -v redis-server >/dev/null || die "redis-server not found (run scripts/install.sh)"
+	# ZooKeeper's JVM takes the longest to start: launch it first, check it last.
+	start_zookeeper
+	start_etcd
+	start_redis redis-single "$REDIS_SINGLE"
+	local p
+	for p in "${REDLOCK_PORTS[@]}"; do start_redis "redlock-$p" "$p"; done
+	start_cluster
+	wait_for "zookeeper on :$ZK_PORT" 60 zk_ok
+	print_env >"$DIR/env"
+	log "servers up; environment in $DIR/env"
+}
+
+stop_pidfile() { # stop_pidfile NAME: TERM, then KILL after 5 s
+	local pidfile="$DIR/$1.pid" pid i
+	[ -f "$pidfile" ] || return 0
+	pid=$(cat "$pidfile")
+	if kill -0 "$pid" 2>/dev/null; then
+		kill "$pid" 2>/dev/null || true
+		for i in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$pidfile"
+}
+
+down() {
+	[ -d "$DIR" ] || return 0
+	local f
+	for f in "$DIR"/*.pid; do
+		[ -e "$f" ] || continue
+		stop_pidfile "$(basename "$f" .pid)"
+	done
+	rm -rf "$DIR"
+	log "servers stopped"
+}
+
+status() {
+	local f name
+	[ -d "$DIR" ] || { echo "no services (no $DIR)"; return 0; }
+	for f in "$DIR"/*.pid; do
+		[ -e "$f" ] || continue
+		name=$(basename "$f" .pid)
+		if alive "$name"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: dead"; fi
+	done
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+env) print_env ;;
+status) status ;;
+*) die "usage: $0 up|down|env|status" ;;
+esac
