@@ -199,16 +199,10 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 // the backend sends them, otherwise polling with jittered, doubling delays
 // bounded by the holder's remaining TTL.
 func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acquisition, time.Time, error) {
-	var events <-chan struct{}
-	if c.notifier != nil {
-		ev, stop, err := c.notifier.Watch(ctx, req.Key)
-		if err == nil {
-			events = ev
-			defer stop()
-		} else {
-			c.log.Warn("locker: release notices unavailable, polling instead", "key", req.Key, "err", err)
-		}
-	}
+	var (
+		events  <-chan struct{}
+		watched bool // Watch was tried (it need not have succeeded)
+	)
 	backoff := minPoll
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -220,6 +214,22 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 		}
 		if !errors.Is(err, ErrNotAcquired) {
 			return acq, start, err
+		}
+		if c.notifier != nil && !watched {
+			// Watch only once the key turned out to be busy: a free key
+			// costs no subscription. The release may have come between
+			// that attempt and the watch starting, so try again at once.
+			watched = true
+			ev, stop, werr := c.notifier.Watch(ctx, req.Key)
+			if werr == nil {
+				events = ev
+				defer stop()
+				continue
+			}
+			if ctx.Err() != nil {
+				return acq, start, ctx.Err()
+			}
+			c.log.Warn("locker: release notices unavailable, polling instead", "key", req.Key, "err", werr)
 		}
 		var remaining time.Duration
 		var busy *backend.Busy

@@ -143,8 +143,10 @@ type Waiter interface {
 type Notifier interface {
 	// Watch starts watching key for releases. Each release (or any event
 	// after which a retry may succeed) sends on the returned channel
-	// without blocking; stop ends the watch. A waiter calls Watch before
-	// its TryAcquire so that a release between the two is not missed.
+	// without blocking; stop ends the watch. A waiter calls Watch after
+	// its first attempt failed (a free key costs no watch) and then tries
+	// again before it waits, so that a release between its first attempt
+	// and the start of the watch is not missed.
 	Watch(ctx context.Context, key string) (events <-chan struct{}, stop func(), err error)
 }
 
