@@ -21,3 +21,7 @@ echo "+ go vet ./..." >&2
 go vet ./...
 echo "+ go test -race -count=1 ./..." >&2
 go test -race -count=1 -timeout 15m ./... "$@"
+# Benchmarks once each, briefly: they must keep working; the figures come
+# from make bench.
+echo "+ go test -run '^\$' -bench . -benchtime 20x ./..." >&2
+go test -run '^$' -bench . -benchtime 20x ./... >/dev/null

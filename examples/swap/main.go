@@ -20,6 +20,7 @@ import (
 
 	"github.com/distlock/locker"
 	_ "github.com/distlock/locker/memory"
+	_ "github.com/distlock/locker/redis"
 )
 
 func main() {

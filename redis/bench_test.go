@@ -1,0 +1,115 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/benchkit"
+	"github.com/distlock/locker/internal/testenv"
+	"github.com/distlock/locker/redis"
+)
+
+// rawRelease is the compare-and-delete script of the Redis distlock page,
+// the release half of the raw baseline.
+const rawRelease = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+
+// BenchmarkUncontended compares one holder acquiring and releasing a free
+// key through a Locker with the raw pair on the same server: SET NX PX,
+// then EVALSHA of the compare-and-delete script. Both cost two round
+// trips; the Locker's also mints a fencing token and publishes a release
+// notice inside its scripts. Compare ops/s between sub-benchmarks.
+func BenchmarkUncontended(b *testing.B) {
+	addr := hostOf(b, testenv.Get(b, testenv.RedisURL))
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	pool := &redigo.Pool{Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", addr) }, MaxIdle: 8}
+	defer pool.Close()
+	noRefresh := locker.WithAutoRefresh(false)
+
+	b.Run("raw", func(b *testing.B) {
+		ctx := context.Background()
+		sha, err := c.ScriptLoad(ctx, rawRelease).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := "bench-raw"
+		benchkit.Loop(b, func(ctx context.Context, i int) error {
+			token := fmt.Sprint(i)
+			ok, err := c.SetNX(ctx, key, token, 30*time.Second).Result()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("raw: key taken")
+			}
+			n, err := c.EvalSha(ctx, sha, []string{key}, token).Int()
+			if err == nil && n != 1 {
+				err = errors.New("raw: release found the key gone")
+			}
+			return err
+		})
+	})
+	b.Run("goredis", func(b *testing.B) {
+		l, err := redis.New(c, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		benchkit.AcquireRelease(b, l, "bench-goredis", noRefresh)
+	})
+	b.Run("goredis-autorefresh", func(b *testing.B) {
+		l, err := redis.New(c, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		benchkit.AcquireRelease(b, l, "bench-goredis-ar")
+	})
+	b.Run("redigo", func(b *testing.B) {
+		l, err := redis.NewRedigo(pool, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		benchkit.AcquireRelease(b, l, "bench-redigo", noRefresh)
+	})
+}
+
+// BenchmarkHandoff measures release-to-next-acquire latency and fairness
+// with 2 and 8 waiters on one key, each with its own client and Locker, for
+// both wake-up designs: pub/sub release notices (what New uses) and a
+// per-key list that waiters block on with BLPOP.
+func BenchmarkHandoff(b *testing.B) {
+	addr := hostOf(b, testenv.Get(b, testenv.RedisURL))
+	designs := []struct {
+		name string
+		new  func(goredis.UniversalClient) (locker.Locker, error)
+	}{
+		{"pubsub", func(c goredis.UniversalClient) (locker.Locker, error) { return redis.New(c, nil) }},
+		{"list", func(c goredis.UniversalClient) (locker.Locker, error) { return redis.NewWakeList(c, nil) }},
+	}
+	for _, d := range designs {
+		for _, waiters := range []int{2, 8} {
+			b.Run(fmt.Sprintf("%s/waiters=%d", d.name, waiters), func(b *testing.B) {
+				var clients []*goredis.Client
+				defer func() {
+					for _, c := range clients {
+						c.Close()
+					}
+				}()
+				benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
+					c := goredis.NewClient(&goredis.Options{Addr: addr})
+					clients = append(clients, c)
+					return d.new(c)
+				}, "bench-handoff-"+d.name, locker.WithAutoRefresh(false))
+			})
+		}
+	}
+}

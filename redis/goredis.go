@@ -1,0 +1,152 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// goredisConn adapts a go-redis v9 UniversalClient: *Client (single node or
+// a Sentinel failover client) or *ClusterClient.
+type goredisConn struct {
+	c     goredis.UniversalClient
+	owned bool
+}
+
+func (g *goredisConn) eval(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
+	v, err := g.c.EvalSha(ctx, s.sha, keys, args...).Result()
+	if isNoScript(err) {
+		v, err = g.c.Eval(ctx, s.src, keys, args...).Result()
+	}
+	return v, err
+}
+
+func (g *goredisConn) evalMany(ctx context.Context, s *script, calls []call) []reply {
+	out := make([]reply, len(calls))
+	cmds := make([]*goredis.Cmd, len(calls))
+	// Errors are read per command below; Pipelined's own error is the first
+	// of them.
+	_, _ = g.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = p.EvalSha(ctx, s.sha, c.keys, c.args...)
+		}
+		return nil
+	})
+	for i, cmd := range cmds {
+		v, err := cmd.Result()
+		if isNoScript(err) {
+			v, err = g.eval(ctx, s, calls[i].keys, calls[i].args...)
+		}
+		out[i] = reply{v, err}
+	}
+	return out
+}
+
+func (g *goredisConn) subscribe(ctx context.Context) (pubsub, error) {
+	ps := g.c.Subscribe(ctx)
+	// Subscribe with no channels connects lazily; a PING makes a dead server
+	// show up here rather than at the first Watch.
+	if err := ps.Ping(ctx); err != nil {
+		ps.Close()
+		return nil, err
+	}
+	return &goredisPubSub{ps}, nil
+}
+
+type goredisPubSub struct{ ps *goredis.PubSub }
+
+func (p *goredisPubSub) subscribe(ctx context.Context, channels ...string) error {
+	return p.ps.Subscribe(ctx, channels...)
+}
+
+func (p *goredisPubSub) unsubscribe(ctx context.Context, channels ...string) error {
+	return p.ps.Unsubscribe(ctx, channels...)
+}
+
+func (p *goredisPubSub) receive(ctx context.Context) (string, bool, error) {
+	for {
+		m, err := p.ps.Receive(ctx)
+		if err != nil {
+			return "", false, err
+		}
+		switch m := m.(type) {
+		case *goredis.Message:
+			return m.Channel, false, nil
+		case *goredis.Subscription:
+			if m.Kind == "subscribe" {
+				return m.Channel, true, nil
+			}
+		}
+	}
+}
+
+// go-redis's PubSub.Close is safe to call while another goroutine receives.
+func (p *goredisPubSub) interrupt()   { p.ps.Close() }
+func (p *goredisPubSub) close() error { return p.ps.Close() }
+
+// blockSlice bounds one BLPOP so that it stays well inside go-redis's
+// default read timeout (3 s), which applies to raw commands.
+const blockSlice = time.Second
+
+func (g *goredisConn) blpop(ctx context.Context, key string, timeout time.Duration) (bool, error) {
+	var node *goredis.Client
+	switch c := g.c.(type) {
+	case *goredis.Client:
+		node = c
+	case *goredis.ClusterClient:
+		var err error
+		if node, err = c.MasterForKey(ctx, key); err != nil {
+			return false, err
+		}
+	default:
+		return false, fmt.Errorf("redis: blocking wake-up list needs a *Client or *ClusterClient, not %T", g.c)
+	}
+	cn := node.Conn()
+	defer cn.Close()
+	id, err := cn.ClientID(ctx).Result()
+	if err != nil {
+		return false, err
+	}
+	// A cancelled wait is ended by CLIENT UNBLOCK from another connection,
+	// so the blocked connection goes back to the pool clean.
+	stop := context.AfterFunc(ctx, func() {
+		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		node.ClientUnblock(uctx, id)
+	})
+	defer stop()
+	timeout = min(timeout, blockSlice)
+	// The raw command: go-redis's BLPop rounds timeouts below 1 s up to 1 s.
+	secs := strconv.FormatFloat(max(timeout.Seconds(), 0.001), 'f', 3, 64)
+	err = cn.Do(context.WithoutCancel(ctx), "BLPOP", key, secs).Err()
+	if errors.Is(err, goredis.Nil) {
+		return false, ctx.Err()
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (g *goredisConn) configGet(ctx context.Context, name string) (string, error) {
+	m, err := g.c.ConfigGet(ctx, name).Result()
+	if err != nil {
+		return "", err
+	}
+	v, ok := m[name]
+	if !ok {
+		return "", fmt.Errorf("redis: CONFIG GET %s returned nothing", name)
+	}
+	return v, nil
+}
+
+func (g *goredisConn) close() error {
+	if g.owned {
+		return g.c.Close()
+	}
+	return nil
+}

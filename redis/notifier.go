@@ -1,0 +1,233 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/distlock/locker/backend"
+)
+
+// subscribeTimeout bounds how long Watch waits for the server to confirm a
+// subscription before the waiter falls back to polling.
+const subscribeTimeout = 2 * time.Second
+
+// notifier delivers release notices to the waiters of one Locker over a
+// single subscriber connection, opened on the first Watch. A channel is
+// subscribed while at least one waiter watches it.
+//
+// Pub/sub messages are not stored: those published while the connection is
+// down are lost. After a reconnect the notifier re-subscribes and wakes
+// every waiter, so each looks at its key again; a waiter never depends on a
+// message alone, since package locker also retries when the holder's TTL
+// runs out.
+type notifier struct {
+	c   conn
+	log *slog.Logger
+
+	mu       sync.Mutex
+	ps       pubsub // nil while disconnected
+	running  bool   // the receive loop runs
+	closed   bool
+	subs     map[string]*subscription // by channel
+	stopLoop context.CancelFunc
+	loopDone chan struct{}
+}
+
+type subscription struct {
+	watchers  map[*watcher]struct{}
+	confirmed bool
+	ready     chan struct{} // closed when confirmed
+	// resubscribed: confirmed again after a reconnect, when releases may
+	// have been missed; the confirmation wakes the watchers.
+	resubscribed bool
+}
+
+type watcher struct{ events chan struct{} }
+
+func (w *watcher) wake() {
+	select {
+	case w.events <- struct{}{}:
+	default:
+	}
+}
+
+func newNotifier(c conn, log *slog.Logger) *notifier {
+	return &notifier{c: c, log: log, subs: map[string]*subscription{}}
+}
+
+func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+	w := &watcher{events: make(chan struct{}, 1)}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, nil, backend.ErrClosed
+	}
+	s := n.subs[channel]
+	if s == nil {
+		s = &subscription{watchers: map[*watcher]struct{}{}, ready: make(chan struct{})}
+		n.subs[channel] = s
+		if n.ps != nil {
+			if err := n.ps.subscribe(ctx, channel); err != nil {
+				// The receive loop sees the broken connection and
+				// re-subscribes everything on the next one.
+				n.log.Debug("locker/redis: subscribe failed", "channel", channel, "err", err)
+			}
+		}
+	}
+	s.watchers[w] = struct{}{}
+	if !n.running {
+		n.running = true
+		lctx, cancel := context.WithCancel(context.Background())
+		n.stopLoop = cancel
+		n.loopDone = make(chan struct{})
+		go n.loop(lctx)
+	}
+	ready := s.ready
+	n.mu.Unlock()
+
+	stop := func() { n.unwatch(channel, w) }
+	t := time.NewTimer(subscribeTimeout)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return w.events, stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, nil, ctx.Err()
+	case <-t.C:
+		stop()
+		return nil, nil, fmt.Errorf("redis: subscription to release notices not confirmed within %v", subscribeTimeout)
+	}
+}
+
+func (n *notifier) unwatch(channel string, w *watcher) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.subs[channel]
+	if s == nil {
+		return
+	}
+	delete(s.watchers, w)
+	if len(s.watchers) > 0 {
+		return
+	}
+	delete(n.subs, channel)
+	if n.ps != nil && !n.closed {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := n.ps.unsubscribe(ctx, channel); err != nil {
+			n.log.Debug("locker/redis: unsubscribe failed", "channel", channel, "err", err)
+		}
+	}
+}
+
+// loop owns the subscriber connection: it connects, subscribes what is
+// watched, dispatches messages, and reconnects after errors.
+func (n *notifier) loop(ctx context.Context) {
+	defer close(n.loopDone)
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		ps, err := n.c.subscribe(ctx)
+		if err != nil {
+			n.log.Warn("locker/redis: release notices unavailable; waiters fall back to the holder's TTL", "err", err)
+			n.wakeAll()
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			ps.close()
+			return
+		}
+		n.ps = ps
+		var chans []string
+		for ch := range n.subs {
+			chans = append(chans, ch)
+		}
+		if len(chans) > 0 {
+			// Under n.mu, like every other subscribe: a connection takes
+			// one writer at a time. A failure shows in receive.
+			_ = ps.subscribe(ctx, chans...)
+		}
+		n.mu.Unlock()
+		n.receive(ctx, ps)
+		n.mu.Lock()
+		n.ps = nil
+		// Every subscription must be confirmed again on the next connection.
+		for _, s := range n.subs {
+			if s.confirmed {
+				s.confirmed = false
+				s.resubscribed = true
+				s.ready = make(chan struct{})
+			}
+		}
+		n.mu.Unlock()
+		ps.close()
+	}
+}
+
+func (n *notifier) receive(ctx context.Context, ps pubsub) {
+	for {
+		ch, confirmed, err := ps.receive(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				n.log.Debug("locker/redis: subscriber connection lost", "err", err)
+			}
+			return
+		}
+		n.mu.Lock()
+		s := n.subs[ch]
+		if s != nil {
+			wake := !confirmed
+			if confirmed && !s.confirmed {
+				s.confirmed = true
+				close(s.ready)
+				// After a reconnect a release may have been missed while
+				// unsubscribed: let the waiters look at their key again.
+				wake = s.resubscribed
+				s.resubscribed = false
+			}
+			if wake {
+				for w := range s.watchers {
+					w.wake()
+				}
+			}
+		}
+		n.mu.Unlock()
+	}
+}
+
+func (n *notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range n.subs {
+		for w := range s.watchers {
+			w.wake()
+		}
+	}
+}
+
+func (n *notifier) close() {
+	n.mu.Lock()
+	n.closed = true
+	ps, stop, done := n.ps, n.stopLoop, n.loopDone
+	n.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if ps != nil {
+		ps.interrupt() // ends a blocked receive; the loop closes ps
+	}
+	if done != nil {
+		<-done
+	}
+}

@@ -1,0 +1,206 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+)
+
+// redigoConn adapts a redigo connection pool.
+type redigoConn struct {
+	pool  *redigo.Pool
+	owned bool
+}
+
+func (r *redigoConn) get(ctx context.Context) (redigo.Conn, error) {
+	c, err := r.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func evalArgs(s *script, keys []string, args []any) []any {
+	a := make([]any, 0, 2+len(keys)+len(args))
+	a = append(a, s.sha, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return append(a, args...)
+}
+
+func (r *redigoConn) eval(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	a := evalArgs(s, keys, args)
+	v, err := redigo.DoContext(c, ctx, "EVALSHA", a...)
+	if isNoScript(err) {
+		a[0] = s.src
+		v, err = redigo.DoContext(c, ctx, "EVAL", a...)
+	}
+	return v, err
+}
+
+func (r *redigoConn) evalMany(ctx context.Context, s *script, calls []call) []reply {
+	out := make([]reply, len(calls))
+	fail := func(err error) []reply {
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
+	c, err := r.get(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	for _, cl := range calls {
+		if err := c.Send("EVALSHA", evalArgs(s, cl.keys, cl.args)...); err != nil {
+			return fail(err)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fail(err)
+	}
+	for i := range calls {
+		v, err := redigo.ReceiveContext(c, ctx)
+		var rerr redigo.Error
+		if err != nil && !errors.As(err, &rerr) {
+			// The connection broke: the remaining replies are lost too.
+			for j := i; j < len(calls); j++ {
+				out[j].err = err
+			}
+			break
+		}
+		out[i] = reply{v, err}
+	}
+	for i, o := range out {
+		if isNoScript(o.err) {
+			out[i].val, out[i].err = r.eval(ctx, s, calls[i].keys, calls[i].args...)
+		}
+	}
+	return out
+}
+
+func (r *redigoConn) subscribe(ctx context.Context) (pubsub, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := redigo.DoContext(c, ctx, "PING"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	return &redigoPubSub{psc: redigo.PubSubConn{Conn: c}, ctx: rctx, cancel: cancel}, nil
+}
+
+// redigoPubSub receives with a context that interrupt cancels: redigo ends
+// a ReceiveContext whose context is done, whereas closing the connection
+// under a receiving goroutine is a data race.
+type redigoPubSub struct {
+	psc    redigo.PubSubConn
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func toAny(ss []string) []any {
+	a := make([]any, len(ss))
+	for i, s := range ss {
+		a[i] = s
+	}
+	return a
+}
+
+func (p *redigoPubSub) subscribe(_ context.Context, channels ...string) error {
+	return p.psc.Subscribe(toAny(channels)...)
+}
+
+func (p *redigoPubSub) unsubscribe(_ context.Context, channels ...string) error {
+	return p.psc.Unsubscribe(toAny(channels)...)
+}
+
+func (p *redigoPubSub) receive(ctx context.Context) (string, bool, error) {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(p.ctx, stop)()
+	for {
+		switch m := p.psc.ReceiveContext(ctx).(type) {
+		case error:
+			return "", false, m
+		case redigo.Message:
+			return m.Channel, false, nil
+		case redigo.Subscription:
+			if m.Kind == "subscribe" {
+				return m.Channel, true, nil
+			}
+		}
+	}
+}
+
+func (p *redigoPubSub) interrupt() { p.cancel() }
+
+func (p *redigoPubSub) close() error {
+	p.cancel()
+	return p.psc.Close()
+}
+
+func (r *redigoConn) blpop(ctx context.Context, key string, timeout time.Duration) (bool, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	id, err := redigo.Int64(redigo.DoContext(c, ctx, "CLIENT", "ID"))
+	if err != nil {
+		return false, err
+	}
+	// A cancelled wait is ended by CLIENT UNBLOCK from another connection,
+	// so the blocked connection goes back to the pool clean.
+	stop := context.AfterFunc(ctx, func() {
+		uc := r.pool.Get()
+		defer uc.Close()
+		_, _ = redigo.DoWithTimeout(uc, time.Second, "CLIENT", "UNBLOCK", id)
+	})
+	defer stop()
+	secs := strconv.FormatFloat(max(timeout.Seconds(), 0.001), 'f', 3, 64)
+	v, err := redigo.DoWithTimeout(c, timeout+5*time.Second, "BLPOP", key, secs)
+	if err != nil {
+		return false, err
+	}
+	if v == nil {
+		return false, ctx.Err()
+	}
+	return true, nil
+}
+
+func (r *redigoConn) configGet(ctx context.Context, name string) (string, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	kv, err := redigo.StringMap(redigo.DoContext(c, ctx, "CONFIG", "GET", name))
+	if err != nil {
+		return "", err
+	}
+	v, ok := kv[name]
+	if !ok {
+		return "", fmt.Errorf("redis: CONFIG GET %s returned nothing", name)
+	}
+	return v, nil
+}
+
+func (r *redigoConn) close() error {
+	if r.owned {
+		return r.pool.Close()
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/locker"
+)
+
+func init() {
+	locker.Register("redis", open)
+	locker.Register("rediss", open)
+}
+
+// Options configures New and NewRedigo. The zero value is usable.
+type Options struct {
+	// Config is passed to locker.New.
+	Config locker.Config
+	// AllowEviction opens the Locker even when the server's
+	// maxmemory-policy lets Redis evict lock keys under memory pressure,
+	// which silently breaks mutual exclusion. Leave it false unless the
+	// server's memory is bounded some other way.
+	AllowEviction bool
+}
+
+// openTimeout bounds the checks New makes against the server.
+const openTimeout = 5 * time.Second
+
+// New returns a Locker over a go-redis v9 client: a *Client for one server
+// (or a Sentinel failover client), or a *ClusterClient for Redis Cluster.
+// The Locker does not close c.
+func New(c goredis.UniversalClient, opts *Options) (locker.Locker, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	return newLocker(ctx, &goredisConn{c: c}, opts, wakePubSub)
+}
+
+// NewRedigo returns a Locker over a redigo connection pool. The Locker
+// does not close p.
+func NewRedigo(p *redigo.Pool, opts *Options) (locker.Locker, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	return newLocker(ctx, &redigoConn{pool: p}, opts, wakePubSub)
+}
+
+func newLocker(ctx context.Context, c conn, opts *Options, mode wakeMode) (locker.Locker, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	log := o.Config.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if err := checkEviction(ctx, c, log, o.AllowEviction); err != nil {
+		return nil, err
+	}
+	d := newDriver(c, log, mode)
+	if mode == wakeList {
+		return locker.New(listDriver{d}, &o.Config), nil
+	}
+	return locker.New(pubsubDriver{d}, &o.Config), nil
+}
+
+// checkEviction refuses a server that may evict lock keys. Every lock key
+// carries a TTL, so the volatile-* policies evict them as readily as the
+// allkeys-* ones; only noeviction (or no memory limit) is safe.
+func checkEviction(ctx context.Context, c conn, log *slog.Logger, allow bool) error {
+	policy, err := c.configGet(ctx, "maxmemory-policy")
+	if err != nil {
+		if isServerError(err) {
+			// CONFIG is often disabled or renamed on managed Redis.
+			log.Warn("locker/redis: cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", "err", err)
+			return nil
+		}
+		return fmt.Errorf("redis: server unreachable: %w", err)
+	}
+	if policy == "noeviction" || allow {
+		return nil
+	}
+	if limit, err := c.configGet(ctx, "maxmemory"); err == nil && limit == "0" {
+		return nil // no memory limit: nothing is ever evicted
+	}
+	return fmt.Errorf("redis: maxmemory-policy is %q: under memory pressure Redis may evict lock keys (they all carry a TTL), and a second client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)", policy)
+}
+
+// isServerError reports whether err is an error reply from the server, as
+// opposed to a network error.
+func isServerError(err error) bool {
+	var ge goredis.Error
+	if errors.As(err, &ge) {
+		return true
+	}
+	var re redigo.Error
+	return errors.As(err, &re)
+}
+
+// open handles redis:// and rediss:// URLs:
+//
+//	redis://[user:password@]host:port[/db][?client=goredis|redigo][&allow_eviction=true]
+//	redis://host1:port1,host2:port2,...   (Redis Cluster, go-redis only)
+func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
+	client, _ := u.Param("client")
+	allow, err := u.BoolParam("allow_eviction", false)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := u.DurationParam("timeout", 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.CheckParams(); err != nil {
+		return nil, err
+	}
+	hosts := u.Hosts()
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("redis: URL has no host: want redis://host:port")
+	}
+	for _, h := range hosts {
+		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
+			return nil, fmt.Errorf("redis: host %q has no port: want host:port", h)
+		}
+	}
+	db := 0
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		if db, err = strconv.Atoi(p); err != nil || db < 0 {
+			return nil, fmt.Errorf("redis: path %q is not a database number", u.Path)
+		}
+	}
+	user := u.User.Username()
+	pass, _ := u.User.Password()
+	var tlsConf *tls.Config
+	if u.Scheme == "rediss" {
+		tlsConf = &tls.Config{ServerName: strings.Split(hosts[0], ":")[0], MinVersion: tls.VersionTLS12}
+	}
+	opts := &Options{Config: u.Config, AllowEviction: allow}
+
+	var c conn
+	switch client {
+	case "", "goredis":
+		if len(hosts) > 1 {
+			if db != 0 {
+				return nil, fmt.Errorf("redis: Redis Cluster has no databases, but the URL selects %d", db)
+			}
+			c = &goredisConn{owned: true, c: goredis.NewClusterClient(&goredis.ClusterOptions{
+				Addrs: hosts, Username: user, Password: pass, TLSConfig: tlsConf,
+				ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true,
+			})}
+		} else {
+			c = &goredisConn{owned: true, c: goredis.NewClient(&goredis.Options{
+				Addr: hosts[0], Username: user, Password: pass, DB: db, TLSConfig: tlsConf,
+				ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true,
+			})}
+		}
+	case "redigo":
+		if len(hosts) > 1 {
+			return nil, fmt.Errorf("redis: client=redigo does not support Redis Cluster (%d hosts given); use the default go-redis client", len(hosts))
+		}
+		dialOpts := []redigo.DialOption{redigo.DialDatabase(db), redigo.DialUsername(user), redigo.DialPassword(pass)}
+		if timeout > 0 {
+			dialOpts = append(dialOpts, redigo.DialReadTimeout(timeout), redigo.DialWriteTimeout(timeout))
+		}
+		if tlsConf != nil {
+			dialOpts = append(dialOpts, redigo.DialUseTLS(true), redigo.DialTLSConfig(tlsConf))
+		}
+		addr := hosts[0]
+		c = &redigoConn{owned: true, pool: &redigo.Pool{
+			MaxIdle:     16,
+			IdleTimeout: 5 * time.Minute,
+			DialContext: func(ctx context.Context) (redigo.Conn, error) {
+				return redigo.DialContext(ctx, "tcp", addr, dialOpts...)
+			},
+		}}
+	default:
+		return nil, fmt.Errorf("redis: unknown client %q: want goredis or redigo", client)
+	}
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	l, err := newLocker(ctx, c, opts, wakePubSub)
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	return l, nil
+}

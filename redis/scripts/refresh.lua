@@ -1,0 +1,7 @@
+-- Extend a lock only if it is still ours.
+-- KEYS[1] lock key; ARGV[1] token, ARGV[2] new TTL in ms
+-- Returns 1 when extended, 0 when the lock is not ours.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
