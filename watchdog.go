@@ -21,10 +21,14 @@ type watchdog struct {
 	due     lockHeap
 	running bool
 	stopped bool
-	wake    chan struct{}
-	ctx     context.Context // cancelled by stop; parent of every refresh
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the loop and its in-flight batches
+	// timer wakes the loop when the first lock falls due; armed is when
+	// it is set to fire (zero: not set). schedule moves it earlier
+	// itself, so queueing a lock costs no goroutine wake-up.
+	timer  *time.Timer
+	armed  time.Time
+	ctx    context.Context // cancelled by stop; parent of every refresh
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the loop and its in-flight batches
 }
 
 // batchWindow: locks due within this long of the first are refreshed in
@@ -32,7 +36,8 @@ type watchdog struct {
 const batchWindow = 5 * time.Millisecond
 
 func newWatchdog(c *client) *watchdog {
-	w := &watchdog{c: c, wake: make(chan struct{}, 1)}
+	w := &watchdog{c: c, timer: time.NewTimer(time.Hour)}
+	w.timer.Stop()
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.batch, _ = c.d.(backend.BatchRefresher)
 	return w
@@ -56,12 +61,15 @@ func (w *watchdog) schedule(lk *lock, due time.Time) {
 		w.wg.Add(1)
 		go w.loop()
 	}
-	if lk.heapIndex == 0 {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+	if w.armed.IsZero() || due.Before(w.armed) {
+		w.arm(due)
 	}
+}
+
+// arm sets the timer to fire at t; w.mu is held.
+func (w *watchdog) arm(t time.Time) {
+	w.armed = t
+	w.timer.Reset(max(time.Until(t), 0))
 }
 
 func (w *watchdog) remove(lk *lock) {
@@ -85,8 +93,7 @@ func (w *watchdog) stop() {
 
 func (w *watchdog) loop() {
 	defer w.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer w.timer.Stop()
 	for {
 		w.mu.Lock()
 		now := time.Now()
@@ -94,9 +101,10 @@ func (w *watchdog) loop() {
 		for len(w.due) > 0 && !w.due[0].due.After(now.Add(batchWindow)) {
 			batch = append(batch, heap.Pop(&w.due).(*lock))
 		}
-		next := time.Hour
 		if len(w.due) > 0 {
-			next = w.due[0].due.Sub(now)
+			w.arm(w.due[0].due)
+		} else {
+			w.armed = time.Time{}
 		}
 		if len(batch) > 0 {
 			w.wg.Add(1)
@@ -109,12 +117,10 @@ func (w *watchdog) loop() {
 				w.refresh(batch)
 			}()
 		}
-		timer.Reset(next)
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-w.wake:
-		case <-timer.C:
+		case <-w.timer.C:
 		}
 	}
 }

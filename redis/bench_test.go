@@ -24,7 +24,8 @@ const rawRelease = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.c
 // key through a Locker with the raw pair on the same server: SET NX PX,
 // then EVALSHA of the compare-and-delete script. Both cost two round
 // trips; the Locker's also mints a fencing token and publishes a release
-// notice inside its scripts. Compare ops/s between sub-benchmarks.
+// notice inside its scripts. Compare ops/s between sub-benchmarks: goredis
+// and goredis-autorefresh with raw, redigo with raw-redigo.
 func BenchmarkUncontended(b *testing.B) {
 	addr := hostOf(b, testenv.Get(b, testenv.RedisURL))
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
@@ -50,6 +51,34 @@ func BenchmarkUncontended(b *testing.B) {
 				return errors.New("raw: key taken")
 			}
 			n, err := c.EvalSha(ctx, sha, []string{key}, token).Int()
+			if err == nil && n != 1 {
+				err = errors.New("raw: release found the key gone")
+			}
+			return err
+		})
+	})
+	b.Run("raw-redigo", func(b *testing.B) {
+		rc := pool.Get()
+		sha, err := redigo.String(rc.Do("SCRIPT", "LOAD", rawRelease))
+		rc.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := "bench-raw-redigo"
+		do := func(ctx context.Context, cmd string, args ...any) (any, error) {
+			rc, err := pool.GetContext(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer rc.Close()
+			return redigo.DoContext(rc, ctx, cmd, args...)
+		}
+		benchkit.Loop(b, func(ctx context.Context, i int) error {
+			token := fmt.Sprint(i)
+			if _, err := redigo.String(do(ctx, "SET", key, token, "NX", "PX", 30000)); err != nil {
+				return fmt.Errorf("raw: SET NX PX: %w", err)
+			}
+			n, err := redigo.Int(do(ctx, "EVALSHA", sha, 1, key, token))
 			if err == nil && n != 1 {
 				err = errors.New("raw: release found the key gone")
 			}
