@@ -15,16 +15,21 @@
 #   redis cluster           27011-27013 (three masters, no replicas)
 #   zookeeper standalone    22181
 #   etcd single member      23379 (peer 23380)
+# LOCKER_PORT_OFFSET (default 0) is added to every port, so that two sets
+# of servers (two checkouts, two CI jobs) can run side by side; give each
+# its own LOCKER_SERVICES_DIR too.
 set -euo pipefail
 
 DIR=${LOCKER_SERVICES_DIR:-/tmp/locker-services}
 HOST=127.0.0.1
-REDIS_SINGLE=27000
-REDLOCK_PORTS=(27001 27002 27003 27004 27005)
-CLUSTER_PORTS=(27011 27012 27013)
-ZK_PORT=22181
-ETCD_PORT=23379
-ETCD_PEER=23380
+OFF=${LOCKER_PORT_OFFSET:-0}
+[[ $OFF =~ ^[0-9]+$ ]] && [ "$OFF" -le 20000 ] || { echo "services.sh: LOCKER_PORT_OFFSET must be a number from 0 to 20000, not '$OFF'" >&2; exit 1; }
+REDIS_SINGLE=$((27000 + OFF))
+REDLOCK_PORTS=($((27001 + OFF)) $((27002 + OFF)) $((27003 + OFF)) $((27004 + OFF)) $((27005 + OFF)))
+CLUSTER_PORTS=($((27011 + OFF)) $((27012 + OFF)) $((27013 + OFF)))
+ZK_PORT=$((22181 + OFF))
+ETCD_PORT=$((23379 + OFF))
+ETCD_PEER=$((23380 + OFF))
 ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-all.jar:/usr/share/java/metrics-core.jar:/usr/share/java/snappy-java.jar
 
 log() { echo "services.sh: $*" >&2; }
