@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/redisconn"
 	"github.com/distlock/locker/internal/testenv"
 )
 
@@ -30,7 +31,7 @@ func TestRefreshBatch(t *testing.T) {
 	pool := &redigo.Pool{Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", u.Host) }}
 	defer pool.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for name, c := range map[string]conn{"goredis": &goredisConn{c: gc}, "redigo": &redigoConn{pool: pool}} {
+	for name, c := range map[string]redisconn.Conn{"goredis": redisconn.NewGoRedis(gc, false), "redigo": redisconn.NewRedigo(pool, false)} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			d := newDriver(c, log, wakePubSub)

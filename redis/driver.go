@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/redisconn"
 )
 
 // Names on the server. A lock key K is stored as "locker:{k:K}", its fence
@@ -45,19 +46,19 @@ const (
 )
 
 type driver struct {
-	c      conn
+	c      redisconn.Conn
 	log    *slog.Logger
 	wake   wakeMode
-	notify *notifier // nil in wakeList mode
+	notify *redisconn.Notifier // nil in wakeList mode
 
 	mu     sync.Mutex
 	closed bool
 }
 
-func newDriver(c conn, log *slog.Logger, mode wakeMode) *driver {
+func newDriver(c redisconn.Conn, log *slog.Logger, mode wakeMode) *driver {
 	d := &driver{c: c, log: log, wake: mode}
 	if mode == wakePubSub {
-		d.notify = newNotifier(c, log)
+		d.notify = redisconn.NewNotifier(c, log)
 	}
 	return d
 }
@@ -83,9 +84,9 @@ func (d *driver) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	if d.notify != nil {
-		d.notify.close()
+		d.notify.Close()
 	}
-	return d.c.close()
+	return d.c.Close()
 }
 
 func ms(d time.Duration) int64 {
@@ -98,12 +99,12 @@ func ms(d time.Duration) int64 {
 
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	start := time.Now()
-	v, err := d.c.eval(ctx, acquireScript, []string{lockKey(req.Key), fenceKey(req.Key)},
+	v, err := d.c.Eval(ctx, acquireScript, []string{lockKey(req.Key), fenceKey(req.Key)},
 		req.Token, ms(req.TTL), ms(fenceLifetime))
 	if err != nil {
 		return backend.Acquisition{}, d.abandon(req, err)
 	}
-	ok, n, err := asPair(v)
+	ok, n, err := redisconn.AsPair(v)
 	if err != nil {
 		return backend.Acquisition{}, d.abandon(req, err)
 	}
@@ -129,7 +130,7 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 func (d *driver) abandon(req backend.Request, err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if _, cerr := d.c.eval(ctx, releaseScript, []string{lockKey(req.Key), wakeKey(req.Key)},
+	if _, cerr := d.c.Eval(ctx, releaseScript, []string{lockKey(req.Key), wakeKey(req.Key)},
 		req.Token, channelOf(req.Key), d.wakeListLifetime(req.TTL)); cerr != nil {
 		return fmt.Errorf("%w (and the cleanup of a possibly taken lock failed, so it may block others for up to %v: %v)", err, req.TTL, cerr)
 	}
@@ -150,12 +151,12 @@ type held struct {
 }
 
 // evalInt runs a script on the lock's keys and returns its integer reply.
-func (h *held) evalInt(ctx context.Context, s *script, keys []string, args ...any) (int64, error) {
-	v, err := h.d.c.eval(ctx, s, keys, args...)
+func (h *held) evalInt(ctx context.Context, s *redisconn.Script, keys []string, args ...any) (int64, error) {
+	v, err := h.d.c.Eval(ctx, s, keys, args...)
 	if err != nil {
 		return 0, err
 	}
-	return asInt(v)
+	return redisconn.AsInt(v)
 }
 
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
@@ -189,18 +190,18 @@ func (h *held) Release(ctx context.Context) error {
 // RefreshBatch extends many locks in one pipeline: the watchdog calls it
 // with every lock of a Locker that is due at about the same time.
 func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []time.Duration) []error {
-	calls := make([]call, len(locks))
+	calls := make([]redisconn.Call, len(locks))
 	for i, l := range locks {
 		h := l.(*held)
-		calls[i] = call{keys: []string{lockKey(h.key)}, args: []any{h.token, ms(ttls[i])}}
+		calls[i] = redisconn.Call{Keys: []string{lockKey(h.key)}, Args: []any{h.token, ms(ttls[i])}}
 	}
 	errs := make([]error, len(locks))
-	for i, r := range d.c.evalMany(ctx, refreshScript, calls) {
-		if r.err != nil {
-			errs[i] = r.err
+	for i, r := range d.c.EvalMany(ctx, refreshScript, calls) {
+		if r.Err != nil {
+			errs[i] = r.Err
 			continue
 		}
-		n, err := asInt(r.val)
+		n, err := redisconn.AsInt(r.Val)
 		switch {
 		case err != nil:
 			errs[i] = err
@@ -217,7 +218,7 @@ type pubsubDriver struct{ *driver }
 
 // Watch implements backend.Notifier.
 func (d pubsubDriver) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	return d.notify.watch(ctx, channelOf(key))
+	return d.notify.Watch(ctx, channelOf(key))
 }
 
 // acquireWaiting implements the blocking-list design: try, and when the key
@@ -233,7 +234,7 @@ func (d *driver) acquireWaiting(ctx context.Context, req backend.Request) (backe
 		if busy.Remaining <= 0 {
 			wait = time.Millisecond
 		}
-		if _, err := d.c.blpop(ctx, wakeKey(req.Key), wait); err != nil {
+		if _, err := d.c.BLPop(ctx, wakeKey(req.Key), wait); err != nil {
 			if ctx.Err() != nil {
 				return backend.Acquisition{}, ctx.Err()
 			}

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/redisconn"
 )
 
 func init() {
@@ -42,7 +42,7 @@ const openTimeout = 5 * time.Second
 func New(c goredis.UniversalClient, opts *Options) (locker.Locker, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	return newLocker(ctx, &goredisConn{c: c}, opts, wakePubSub)
+	return newLocker(ctx, redisconn.NewGoRedis(c, false), opts, wakePubSub)
 }
 
 // NewRedigo returns a Locker over a redigo connection pool. The Locker
@@ -50,10 +50,10 @@ func New(c goredis.UniversalClient, opts *Options) (locker.Locker, error) {
 func NewRedigo(p *redigo.Pool, opts *Options) (locker.Locker, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	return newLocker(ctx, &redigoConn{pool: p}, opts, wakePubSub)
+	return newLocker(ctx, redisconn.NewRedigo(p, false), opts, wakePubSub)
 }
 
-func newLocker(ctx context.Context, c conn, opts *Options, mode wakeMode) (locker.Locker, error) {
+func newLocker(ctx context.Context, c redisconn.Conn, opts *Options, mode wakeMode) (locker.Locker, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -75,10 +75,10 @@ func newLocker(ctx context.Context, c conn, opts *Options, mode wakeMode) (locke
 // checkEviction refuses a server that may evict lock keys. Every lock key
 // carries a TTL, so the volatile-* policies evict them as readily as the
 // allkeys-* ones; only noeviction (or no memory limit) is safe.
-func checkEviction(ctx context.Context, c conn, log *slog.Logger, allow bool) error {
-	policy, err := c.configGet(ctx, "maxmemory-policy")
+func checkEviction(ctx context.Context, c redisconn.Conn, log *slog.Logger, allow bool) error {
+	policy, err := c.ConfigGet(ctx, "maxmemory-policy")
 	if err != nil {
-		if isServerError(err) {
+		if redisconn.IsServerError(err) {
 			// CONFIG is often disabled or renamed on managed Redis.
 			log.Warn("locker/redis: cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", "err", err)
 			return nil
@@ -88,21 +88,10 @@ func checkEviction(ctx context.Context, c conn, log *slog.Logger, allow bool) er
 	if policy == "noeviction" || allow {
 		return nil
 	}
-	if limit, err := c.configGet(ctx, "maxmemory"); err == nil && limit == "0" {
+	if limit, err := c.ConfigGet(ctx, "maxmemory"); err == nil && limit == "0" {
 		return nil // no memory limit: nothing is ever evicted
 	}
 	return fmt.Errorf("redis: maxmemory-policy is %q: under memory pressure Redis may evict lock keys (they all carry a TTL), and a second client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)", policy)
-}
-
-// isServerError reports whether err is an error reply from the server, as
-// opposed to a network error.
-func isServerError(err error) bool {
-	var ge goredis.Error
-	if errors.As(err, &ge) {
-		return true
-	}
-	var re redigo.Error
-	return errors.As(err, &re)
 }
 
 // open handles redis:// and rediss:// URLs:
@@ -145,50 +134,20 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	}
 	opts := &Options{Config: u.Config, AllowEviction: allow}
 
-	var c conn
-	switch client {
-	case "", "goredis":
-		if len(hosts) > 1 {
-			if db != 0 {
-				return nil, fmt.Errorf("redis: Redis Cluster has no databases, but the URL selects %d", db)
-			}
-			c = &goredisConn{owned: true, c: goredis.NewClusterClient(&goredis.ClusterOptions{
-				Addrs: hosts, Username: user, Password: pass, TLSConfig: tlsConf,
-				ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true,
-			})}
-		} else {
-			c = &goredisConn{owned: true, c: goredis.NewClient(&goredis.Options{
-				Addr: hosts[0], Username: user, Password: pass, DB: db, TLSConfig: tlsConf,
-				ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true,
-			})}
-		}
-	case "redigo":
-		if len(hosts) > 1 {
-			return nil, fmt.Errorf("redis: client=redigo does not support Redis Cluster (%d hosts given); use the default go-redis client", len(hosts))
-		}
-		dialOpts := []redigo.DialOption{redigo.DialDatabase(db), redigo.DialUsername(user), redigo.DialPassword(pass)}
-		if timeout > 0 {
-			dialOpts = append(dialOpts, redigo.DialReadTimeout(timeout), redigo.DialWriteTimeout(timeout))
-		}
-		if tlsConf != nil {
-			dialOpts = append(dialOpts, redigo.DialUseTLS(true), redigo.DialTLSConfig(tlsConf))
-		}
-		addr := hosts[0]
-		c = &redigoConn{owned: true, pool: &redigo.Pool{
-			MaxIdle:     16,
-			IdleTimeout: 5 * time.Minute,
-			DialContext: func(ctx context.Context) (redigo.Conn, error) {
-				return redigo.DialContext(ctx, "tcp", addr, dialOpts...)
-			},
-		}}
-	default:
-		return nil, fmt.Errorf("redis: unknown client %q: want goredis or redigo", client)
+	if len(hosts) > 1 && db != 0 {
+		return nil, fmt.Errorf("redis: Redis Cluster has no databases, but the URL selects %d", db)
+	}
+	c, err := redisconn.Dial(hosts, redisconn.ClientOptions{
+		Client: client, Username: user, Password: pass, DB: db, TLS: tlsConf, Timeout: timeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	l, err := newLocker(ctx, c, opts, wakePubSub)
 	if err != nil {
-		c.close()
+		c.Close()
 		return nil, err
 	}
 	return l, nil

@@ -1,4 +1,4 @@
-package redis
+package redisconn
 
 import (
 	"context"
@@ -17,36 +17,41 @@ type goredisConn struct {
 	owned bool
 }
 
-func (g *goredisConn) eval(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
+// NewGoRedis adapts c. Close closes c only if owned.
+func NewGoRedis(c goredis.UniversalClient, owned bool) Conn {
+	return &goredisConn{c: c, owned: owned}
+}
+
+func (g *goredisConn) Eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
 	v, err := g.c.EvalSha(ctx, s.sha, keys, args...).Result()
-	if isNoScript(err) {
+	if IsNoScript(err) {
 		v, err = g.c.Eval(ctx, s.src, keys, args...).Result()
 	}
 	return v, err
 }
 
-func (g *goredisConn) evalMany(ctx context.Context, s *script, calls []call) []reply {
-	out := make([]reply, len(calls))
+func (g *goredisConn) EvalMany(ctx context.Context, s *Script, calls []Call) []Reply {
+	out := make([]Reply, len(calls))
 	cmds := make([]*goredis.Cmd, len(calls))
 	// Errors are read per command below; Pipelined's own error is the first
 	// of them.
 	_, _ = g.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range calls {
-			cmds[i] = p.EvalSha(ctx, s.sha, c.keys, c.args...)
+			cmds[i] = p.EvalSha(ctx, s.sha, c.Keys, c.Args...)
 		}
 		return nil
 	})
 	for i, cmd := range cmds {
 		v, err := cmd.Result()
-		if isNoScript(err) {
-			v, err = g.eval(ctx, s, calls[i].keys, calls[i].args...)
+		if IsNoScript(err) {
+			v, err = g.Eval(ctx, s, calls[i].Keys, calls[i].Args...)
 		}
-		out[i] = reply{v, err}
+		out[i] = Reply{v, err}
 	}
 	return out
 }
 
-func (g *goredisConn) subscribe(ctx context.Context) (pubsub, error) {
+func (g *goredisConn) Subscribe(ctx context.Context) (PubSub, error) {
 	ps := g.c.Subscribe(ctx)
 	// Subscribe with no channels connects lazily; a PING makes a dead server
 	// show up here rather than at the first Watch.
@@ -59,15 +64,15 @@ func (g *goredisConn) subscribe(ctx context.Context) (pubsub, error) {
 
 type goredisPubSub struct{ ps *goredis.PubSub }
 
-func (p *goredisPubSub) subscribe(ctx context.Context, channels ...string) error {
+func (p *goredisPubSub) Subscribe(ctx context.Context, channels ...string) error {
 	return p.ps.Subscribe(ctx, channels...)
 }
 
-func (p *goredisPubSub) unsubscribe(ctx context.Context, channels ...string) error {
+func (p *goredisPubSub) Unsubscribe(ctx context.Context, channels ...string) error {
 	return p.ps.Unsubscribe(ctx, channels...)
 }
 
-func (p *goredisPubSub) receive(ctx context.Context) (string, bool, error) {
+func (p *goredisPubSub) Receive(ctx context.Context) (string, bool, error) {
 	for {
 		m, err := p.ps.Receive(ctx)
 		if err != nil {
@@ -85,14 +90,14 @@ func (p *goredisPubSub) receive(ctx context.Context) (string, bool, error) {
 }
 
 // go-redis's PubSub.Close is safe to call while another goroutine receives.
-func (p *goredisPubSub) interrupt()   { p.ps.Close() }
-func (p *goredisPubSub) close() error { return p.ps.Close() }
+func (p *goredisPubSub) Interrupt()   { p.ps.Close() }
+func (p *goredisPubSub) Close() error { return p.ps.Close() }
 
 // blockSlice bounds one BLPOP so that it stays well inside go-redis's
 // default read timeout (3 s), which applies to raw commands.
 const blockSlice = time.Second
 
-func (g *goredisConn) blpop(ctx context.Context, key string, timeout time.Duration) (bool, error) {
+func (g *goredisConn) BLPop(ctx context.Context, key string, timeout time.Duration) (bool, error) {
 	var node *goredis.Client
 	switch c := g.c.(type) {
 	case *goredis.Client:
@@ -132,7 +137,7 @@ func (g *goredisConn) blpop(ctx context.Context, key string, timeout time.Durati
 	return true, nil
 }
 
-func (g *goredisConn) configGet(ctx context.Context, name string) (string, error) {
+func (g *goredisConn) ConfigGet(ctx context.Context, name string) (string, error) {
 	m, err := g.c.ConfigGet(ctx, name).Result()
 	if err != nil {
 		return "", err
@@ -144,7 +149,7 @@ func (g *goredisConn) configGet(ctx context.Context, name string) (string, error
 	return v, nil
 }
 
-func (g *goredisConn) close() error {
+func (g *goredisConn) Close() error {
 	if g.owned {
 		return g.c.Close()
 	}

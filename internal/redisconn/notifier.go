@@ -1,4 +1,4 @@
-package redis
+package redisconn
 
 import (
 	"context"
@@ -23,12 +23,12 @@ const subscribeTimeout = 2 * time.Second
 // every waiter, so each looks at its key again; a waiter never depends on a
 // message alone, since package locker also retries when the holder's TTL
 // runs out.
-type notifier struct {
-	c   conn
+type Notifier struct {
+	c   Conn
 	log *slog.Logger
 
 	mu       sync.Mutex
-	ps       pubsub // nil while disconnected
+	ps       PubSub // nil while disconnected
 	running  bool   // the receive loop runs
 	closed   bool
 	subs     map[string]*subscription // by channel
@@ -54,11 +54,11 @@ func (w *watcher) wake() {
 	}
 }
 
-func newNotifier(c conn, log *slog.Logger) *notifier {
-	return &notifier{c: c, log: log, subs: map[string]*subscription{}}
+func NewNotifier(c Conn, log *slog.Logger) *Notifier {
+	return &Notifier{c: c, log: log, subs: map[string]*subscription{}}
 }
 
-func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+func (n *Notifier) Watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
 	w := &watcher{events: make(chan struct{}, 1)}
 	n.mu.Lock()
 	if n.closed {
@@ -70,10 +70,10 @@ func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, 
 		s = &subscription{watchers: map[*watcher]struct{}{}, ready: make(chan struct{})}
 		n.subs[channel] = s
 		if n.ps != nil {
-			if err := n.ps.subscribe(ctx, channel); err != nil {
+			if err := n.ps.Subscribe(ctx, channel); err != nil {
 				// The receive loop sees the broken connection and
 				// re-subscribes everything on the next one.
-				n.log.Debug("locker/redis: subscribe failed", "channel", channel, "err", err)
+				n.log.Debug("locker: redis subscribe failed", "channel", channel, "err", err)
 			}
 		}
 	}
@@ -103,7 +103,7 @@ func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, 
 	}
 }
 
-func (n *notifier) unwatch(channel string, w *watcher) {
+func (n *Notifier) unwatch(channel string, w *watcher) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.subs[channel]
@@ -118,21 +118,21 @@ func (n *notifier) unwatch(channel string, w *watcher) {
 	if n.ps != nil && !n.closed {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if err := n.ps.unsubscribe(ctx, channel); err != nil {
-			n.log.Debug("locker/redis: unsubscribe failed", "channel", channel, "err", err)
+		if err := n.ps.Unsubscribe(ctx, channel); err != nil {
+			n.log.Debug("locker: redis unsubscribe failed", "channel", channel, "err", err)
 		}
 	}
 }
 
 // loop owns the subscriber connection: it connects, subscribes what is
 // watched, dispatches messages, and reconnects after errors.
-func (n *notifier) loop(ctx context.Context) {
+func (n *Notifier) loop(ctx context.Context) {
 	defer close(n.loopDone)
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		ps, err := n.c.subscribe(ctx)
+		ps, err := n.c.Subscribe(ctx)
 		if err != nil {
-			n.log.Warn("locker/redis: release notices unavailable; waiters fall back to the holder's TTL", "err", err)
+			n.log.Warn("locker: redis release notices unavailable; waiters fall back to the holder's TTL", "err", err)
 			n.wakeAll()
 			select {
 			case <-ctx.Done():
@@ -145,7 +145,7 @@ func (n *notifier) loop(ctx context.Context) {
 		n.mu.Lock()
 		if n.closed {
 			n.mu.Unlock()
-			ps.close()
+			ps.Close()
 			return
 		}
 		n.ps = ps
@@ -156,7 +156,7 @@ func (n *notifier) loop(ctx context.Context) {
 		if len(chans) > 0 {
 			// Under n.mu, like every other subscribe: a connection takes
 			// one writer at a time. A failure shows in receive.
-			_ = ps.subscribe(ctx, chans...)
+			_ = ps.Subscribe(ctx, chans...)
 		}
 		n.mu.Unlock()
 		n.receive(ctx, ps)
@@ -171,16 +171,16 @@ func (n *notifier) loop(ctx context.Context) {
 			}
 		}
 		n.mu.Unlock()
-		ps.close()
+		ps.Close()
 	}
 }
 
-func (n *notifier) receive(ctx context.Context, ps pubsub) {
+func (n *Notifier) receive(ctx context.Context, ps PubSub) {
 	for {
-		ch, confirmed, err := ps.receive(ctx)
+		ch, confirmed, err := ps.Receive(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				n.log.Debug("locker/redis: subscriber connection lost", "err", err)
+				n.log.Debug("locker: redis subscriber connection lost", "err", err)
 			}
 			return
 		}
@@ -206,7 +206,7 @@ func (n *notifier) receive(ctx context.Context, ps pubsub) {
 	}
 }
 
-func (n *notifier) wakeAll() {
+func (n *Notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, s := range n.subs {
@@ -216,7 +216,7 @@ func (n *notifier) wakeAll() {
 	}
 }
 
-func (n *notifier) close() {
+func (n *Notifier) Close() {
 	n.mu.Lock()
 	n.closed = true
 	ps, stop, done := n.ps, n.stopLoop, n.loopDone
@@ -225,7 +225,7 @@ func (n *notifier) close() {
 		stop()
 	}
 	if ps != nil {
-		ps.interrupt() // ends a blocked receive; the loop closes ps
+		ps.Interrupt() // ends a blocked receive; the loop closes ps
 	}
 	if done != nil {
 		<-done

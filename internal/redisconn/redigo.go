@@ -1,4 +1,4 @@
-package redis
+package redisconn
 
 import (
 	"context"
@@ -16,6 +16,11 @@ type redigoConn struct {
 	owned bool
 }
 
+// NewRedigo adapts p. Close closes p only if owned.
+func NewRedigo(p *redigo.Pool, owned bool) Conn {
+	return &redigoConn{pool: p, owned: owned}
+}
+
 func (r *redigoConn) get(ctx context.Context) (redigo.Conn, error) {
 	c, err := r.pool.GetContext(ctx)
 	if err != nil {
@@ -24,7 +29,7 @@ func (r *redigoConn) get(ctx context.Context) (redigo.Conn, error) {
 	return c, nil
 }
 
-func evalArgs(s *script, keys []string, args []any) []any {
+func evalArgs(s *Script, keys []string, args []any) []any {
 	a := make([]any, 0, 2+len(keys)+len(args))
 	a = append(a, s.sha, len(keys))
 	for _, k := range keys {
@@ -33,7 +38,7 @@ func evalArgs(s *script, keys []string, args []any) []any {
 	return append(a, args...)
 }
 
-func (r *redigoConn) eval(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
+func (r *redigoConn) Eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
 	c, err := r.get(ctx)
 	if err != nil {
 		return nil, err
@@ -41,18 +46,18 @@ func (r *redigoConn) eval(ctx context.Context, s *script, keys []string, args ..
 	defer c.Close()
 	a := evalArgs(s, keys, args)
 	v, err := redigo.DoContext(c, ctx, "EVALSHA", a...)
-	if isNoScript(err) {
+	if IsNoScript(err) {
 		a[0] = s.src
 		v, err = redigo.DoContext(c, ctx, "EVAL", a...)
 	}
 	return v, err
 }
 
-func (r *redigoConn) evalMany(ctx context.Context, s *script, calls []call) []reply {
-	out := make([]reply, len(calls))
-	fail := func(err error) []reply {
+func (r *redigoConn) EvalMany(ctx context.Context, s *Script, calls []Call) []Reply {
+	out := make([]Reply, len(calls))
+	fail := func(err error) []Reply {
 		for i := range out {
-			out[i].err = err
+			out[i].Err = err
 		}
 		return out
 	}
@@ -62,7 +67,7 @@ func (r *redigoConn) evalMany(ctx context.Context, s *script, calls []call) []re
 	}
 	defer c.Close()
 	for _, cl := range calls {
-		if err := c.Send("EVALSHA", evalArgs(s, cl.keys, cl.args)...); err != nil {
+		if err := c.Send("EVALSHA", evalArgs(s, cl.Keys, cl.Args)...); err != nil {
 			return fail(err)
 		}
 	}
@@ -75,21 +80,21 @@ func (r *redigoConn) evalMany(ctx context.Context, s *script, calls []call) []re
 		if err != nil && !errors.As(err, &rerr) {
 			// The connection broke: the remaining replies are lost too.
 			for j := i; j < len(calls); j++ {
-				out[j].err = err
+				out[j].Err = err
 			}
 			break
 		}
-		out[i] = reply{v, err}
+		out[i] = Reply{v, err}
 	}
 	for i, o := range out {
-		if isNoScript(o.err) {
-			out[i].val, out[i].err = r.eval(ctx, s, calls[i].keys, calls[i].args...)
+		if IsNoScript(o.Err) {
+			out[i].Val, out[i].Err = r.Eval(ctx, s, calls[i].Keys, calls[i].Args...)
 		}
 	}
 	return out
 }
 
-func (r *redigoConn) subscribe(ctx context.Context) (pubsub, error) {
+func (r *redigoConn) Subscribe(ctx context.Context) (PubSub, error) {
 	c, err := r.get(ctx)
 	if err != nil {
 		return nil, err
@@ -119,15 +124,15 @@ func toAny(ss []string) []any {
 	return a
 }
 
-func (p *redigoPubSub) subscribe(_ context.Context, channels ...string) error {
+func (p *redigoPubSub) Subscribe(_ context.Context, channels ...string) error {
 	return p.psc.Subscribe(toAny(channels)...)
 }
 
-func (p *redigoPubSub) unsubscribe(_ context.Context, channels ...string) error {
+func (p *redigoPubSub) Unsubscribe(_ context.Context, channels ...string) error {
 	return p.psc.Unsubscribe(toAny(channels)...)
 }
 
-func (p *redigoPubSub) receive(ctx context.Context) (string, bool, error) {
+func (p *redigoPubSub) Receive(ctx context.Context) (string, bool, error) {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(p.ctx, stop)()
@@ -145,14 +150,14 @@ func (p *redigoPubSub) receive(ctx context.Context) (string, bool, error) {
 	}
 }
 
-func (p *redigoPubSub) interrupt() { p.cancel() }
+func (p *redigoPubSub) Interrupt() { p.cancel() }
 
-func (p *redigoPubSub) close() error {
+func (p *redigoPubSub) Close() error {
 	p.cancel()
 	return p.psc.Close()
 }
 
-func (r *redigoConn) blpop(ctx context.Context, key string, timeout time.Duration) (bool, error) {
+func (r *redigoConn) BLPop(ctx context.Context, key string, timeout time.Duration) (bool, error) {
 	c, err := r.get(ctx)
 	if err != nil {
 		return false, err
@@ -181,7 +186,7 @@ func (r *redigoConn) blpop(ctx context.Context, key string, timeout time.Duratio
 	return true, nil
 }
 
-func (r *redigoConn) configGet(ctx context.Context, name string) (string, error) {
+func (r *redigoConn) ConfigGet(ctx context.Context, name string) (string, error) {
 	c, err := r.get(ctx)
 	if err != nil {
 		return "", err
@@ -198,7 +203,7 @@ func (r *redigoConn) configGet(ctx context.Context, name string) (string, error)
 	return v, nil
 }
 
-func (r *redigoConn) close() error {
+func (r *redigoConn) Close() error {
 	if r.owned {
 		return r.pool.Close()
 	}

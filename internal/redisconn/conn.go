@@ -1,0 +1,119 @@
+// Package redisconn is what the Redis-based backends (redis, redlock) need
+// from a Redis client library, satisfied by go-redis v9 and by redigo so
+// that both run exactly the same algorithms, and the release-notice
+// subscriber they share.
+package redisconn
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Conn is what the lock algorithms needs from a Redis client library. It is
+// satisfied by go-redis v9 (goredis.go) and by redigo (redigo.go), so both
+// run exactly the same algorithm.
+type Conn interface {
+	// Eval runs s with EVALSHA, falling back to EVAL when the server does
+	// not have the script cached (NOSCRIPT).
+	Eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error)
+	// EvalMany runs len(calls) invocations of s in one pipeline (split by
+	// slot on a Cluster) and returns a result or an error for each.
+	EvalMany(ctx context.Context, s *Script, calls []Call) []Reply
+	// Subscribe opens a dedicated pub/sub connection.
+	Subscribe(ctx context.Context) (PubSub, error)
+	// BLPop blocks for up to timeout on a list, on a connection of its own,
+	// and reports whether an element was popped. Cancelling ctx ends the
+	// wait promptly.
+	BLPop(ctx context.Context, key string, timeout time.Duration) (bool, error)
+	// ConfigGet returns a server setting, from one node on a Cluster.
+	ConfigGet(ctx context.Context, name string) (string, error)
+	// Close closes the client if the Locker opened it, else does nothing.
+	Close() error
+}
+
+// PubSub is one subscriber connection.
+type PubSub interface {
+	Subscribe(ctx context.Context, channels ...string) error
+	Unsubscribe(ctx context.Context, channels ...string) error
+	// Receive returns the next message's channel; confirmed is true when
+	// it is the server's confirmation of a SUBSCRIBE rather than a message.
+	// An error means the connection is unusable: the caller opens another.
+	Receive(ctx context.Context) (channel string, confirmed bool, err error)
+	// Interrupt ends a blocked receive; it may be called from any goroutine.
+	Interrupt()
+	// Close closes the connection; only the goroutine that receives calls it.
+	Close() error
+}
+
+// Call is one invocation of a script in EvalMany.
+type Call struct {
+	Keys []string
+	Args []any
+}
+
+// Reply is the result of one Call.
+type Reply struct {
+	Val any
+	Err error
+}
+
+// Script is a Lua script and its SHA1, as EVALSHA wants it.
+type Script struct {
+	name string
+	src  string
+	sha  string
+	keys int
+}
+
+func NewScript(name, src string, keys int) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), keys: keys}
+}
+
+// IsNoScript reports whether err is the server's NOSCRIPT reply.
+func IsNoScript(err error) bool {
+	return err != nil && len(err.Error()) >= 8 && err.Error()[:8] == "NOSCRIPT"
+}
+
+// AsInt converts a script's integer reply.
+func AsInt(v any) (int64, error) {
+	switch n := v.(type) {
+	case int64:
+		return n, nil
+	case nil:
+		return 0, errors.New("redis: unexpected nil reply")
+	}
+	return 0, fmt.Errorf("redis: unexpected reply %T(%v), want an integer", v, v)
+}
+
+// AsPair converts a script's {int, int} reply.
+func AsPair(v any) (int64, int64, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return 0, 0, fmt.Errorf("redis: unexpected reply %T(%v), want two integers", v, v)
+	}
+	x, err := AsInt(a[0])
+	if err != nil {
+		return 0, 0, err
+	}
+	y, err := AsInt(a[1])
+	return x, y, err
+}
+
+// IsServerError reports whether err is an error reply from the server, as
+// opposed to a network error.
+func IsServerError(err error) bool {
+	var ge goredis.Error
+	if errors.As(err, &ge) {
+		return true
+	}
+	var re redigo.Error
+	return errors.As(err, &re)
+}
