@@ -50,6 +50,10 @@ func New(d backend.Driver, cfg *Config) Locker {
 	}
 	c.waiter, _ = d.(backend.Waiter)
 	c.notifier, _ = d.(backend.Notifier)
+	c.drift = defaultDrift
+	if dr, ok := d.(backend.Drifter); ok {
+		c.drift = dr.Drift
+	}
 	c.wd = newWatchdog(c)
 	return c
 }
@@ -76,6 +80,7 @@ type client struct {
 	log      *slog.Logger
 	waiter   backend.Waiter
 	notifier backend.Notifier
+	drift    func(ttl time.Duration) time.Duration // allowance subtracted from TTLs
 	wd       *watchdog
 
 	mu     sync.Mutex
@@ -131,6 +136,8 @@ func (c *client) checkTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: TTL %v is below this backend's minimum of %v", ErrInvalidTTL, ttl, c.caps.MinTTL)
 	case c.caps.MaxTTL > 0 && ttl > c.caps.MaxTTL:
 		return fmt.Errorf("%w: TTL %v is above this backend's maximum of %v", ErrInvalidTTL, ttl, c.caps.MaxTTL)
+	case c.drift(ttl) >= ttl:
+		return fmt.Errorf("%w: TTL %v leaves no validity after the clock-drift allowance of %v", ErrInvalidTTL, ttl, c.drift(ttl))
 	}
 	return nil
 }

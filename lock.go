@@ -10,10 +10,11 @@ import (
 	"github.com/distlock/locker/backend"
 )
 
-// drift is the clock-drift allowance subtracted from a TTL to get the local
-// validity: 1% of the TTL plus 2 ms, as on the Redis distlock page (server
-// expiry precision plus a minimum drift between clocks).
-func drift(ttl time.Duration) time.Duration {
+// defaultDrift is the clock-drift allowance subtracted from a TTL to get
+// the local validity, unless the driver is a backend.Drifter: 1% of the TTL
+// plus 2 ms, as on the Redis distlock page (server expiry precision plus a
+// minimum drift between clocks).
+func defaultDrift(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
 }
 
@@ -75,7 +76,7 @@ func (lk *lock) start(acq backend.Acquisition, start time.Time) time.Time {
 	}
 	validity := acq.Validity
 	if validity <= 0 {
-		validity = lk.ttl - drift(lk.ttl)
+		validity = lk.ttl - lk.c.drift(lk.ttl)
 	}
 	lk.deadline = start.Add(validity)
 	lk.refreshStart = start
@@ -212,7 +213,7 @@ func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
 	}
 	lk.refreshStart = start
 	lk.ttl = ttl
-	lk.deadline = start.Add(ttl - drift(ttl))
+	lk.deadline = start.Add(ttl - lk.c.drift(ttl))
 	lk.timer.Reset(time.Until(lk.deadline))
 	return nil
 }

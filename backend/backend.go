@@ -49,13 +49,20 @@ type Busy struct {
 	// Remaining is the holder's remaining TTL as the server reports it; 0
 	// when unknown.
 	Remaining time.Duration
+	// Reason, when set, says why the attempt failed if not simply because
+	// the key is held (for example a split vote between Redlock nodes).
+	Reason string
 }
 
 func (b *Busy) Error() string {
-	if b.Remaining > 0 {
-		return fmt.Sprintf("%v (expires in %v)", ErrNotAcquired, b.Remaining)
+	msg := ErrNotAcquired.Error()
+	if b.Reason != "" {
+		msg += ": " + b.Reason
 	}
-	return ErrNotAcquired.Error()
+	if b.Remaining > 0 {
+		msg += fmt.Sprintf(" (expires in %v)", b.Remaining)
+	}
+	return msg
 }
 
 // Is makes errors.Is(b, ErrNotAcquired) true.
@@ -148,6 +155,14 @@ type Notifier interface {
 	// again before it waits, so that a release between its first attempt
 	// and the start of the watch is not missed.
 	Watch(ctx context.Context, key string) (events <-chan struct{}, stop func(), err error)
+}
+
+// Drifter is implemented by drivers that allow their own clock drift
+// instead of package locker's default (1% of the TTL plus 2 ms). The local
+// validity of a lock after a successful refresh that started at t is
+// t + ttl - Drift(ttl).
+type Drifter interface {
+	Drift(ttl time.Duration) time.Duration
 }
 
 // BatchRefresher is implemented by drivers that can refresh many held
