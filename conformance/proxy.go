@@ -1,8 +1,6 @@
 package conformance
 
 import (
-	"errors"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -21,6 +19,7 @@ type Proxy struct {
 	cut     bool
 	latency time.Duration
 	closed  bool
+	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
 }
 
@@ -31,7 +30,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -73,6 +72,9 @@ func (p *Proxy) SetLatency(d time.Duration) {
 // Close stops the proxy and drops its connections.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	p.mu.Unlock()
 	err := p.ln.Close()
@@ -147,16 +149,19 @@ func (p *Proxy) pipe(dst, src net.Conn, done chan<- struct{}) {
 			lat := p.latency
 			p.mu.Unlock()
 			if lat > 0 {
-				time.Sleep(lat)
+				t := time.NewTimer(lat)
+				select {
+				case <-t.C:
+				case <-p.done: // closed: do not hold Close up
+					t.Stop()
+					return
+				}
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				return
-			}
+		if err != nil { // EOF or a closed connection
 			return
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,68 +113,13 @@ func hostOf(t testing.TB, raw string) string {
 	return u.Host
 }
 
-// server is a private redis-server for tests that change its settings or
-// restart it.
-type server struct {
-	t    *testing.T
-	addr string
-	args []string
-	cmd  *exec.Cmd
-}
-
-func startServer(t *testing.T, args ...string) *server {
-	t.Helper()
-	testenv.Get(t, testenv.RedisURL) // the same servers-required policy
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	s := &server{t: t, addr: addr, args: args}
-	s.start()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *server) start() {
-	s.t.Helper()
-	bin := testenv.Get(s.t, testenv.RedisServer)
-	_, port, _ := net.SplitHostPort(s.addr)
-	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
-		"--dir", s.t.TempDir()}, s.args...)
-	s.cmd = exec.Command(bin, args...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
-	}
-	c := goredis.NewClient(&goredis.Options{Addr: s.addr, MaxRetries: -1})
-	defer c.Close()
-	for i := 0; ; i++ {
-		if c.Ping(context.Background()).Err() == nil {
-			return
-		}
-		if i == 200 {
-			s.t.Fatalf("redis-server on %s did not answer", s.addr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (s *server) stop() {
-	if s.cmd != nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-		s.cmd = nil
-	}
-}
-
 // TestFenceSurvivesDataLoss restarts the server without persistence, which
 // loses the fence counter along with the lock: the next fence must still
 // be larger, because the acquire script floors it at the server clock.
 func TestFenceSurvivesDataLoss(t *testing.T) {
-	s := startServer(t)
+	s := testenv.StartRedis(t)
 	ctx := context.Background()
-	c := goredis.NewClient(&goredis.Options{Addr: s.addr})
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
 	defer c.Close()
 	l, err := redis.New(c, nil)
 	if err != nil {
@@ -201,8 +145,8 @@ func TestFenceSurvivesDataLoss(t *testing.T) {
 		if n, err := c.Exists(ctx, redis.LockKey("fenced")+":fence").Result(); err != nil || n != 1 {
 			t.Fatalf("fence counter missing before restart: %v %v", n, err)
 		}
-		s.stop()
-		s.start()
+		s.Stop()
+		s.Start()
 		if n, _ := c.Exists(ctx, redis.LockKey("fenced")+":fence").Result(); n != 0 {
 			t.Fatalf("the restart kept the counter; this test needs a server without persistence")
 		}
@@ -212,21 +156,21 @@ func TestFenceSurvivesDataLoss(t *testing.T) {
 // TestEvictionPolicy: a server that may evict keys under memory pressure is
 // refused unless the user accepts the risk.
 func TestEvictionPolicy(t *testing.T) {
-	s := startServer(t, "--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru")
+	s := testenv.StartRedis(t, "--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru")
 	ctx := context.Background()
-	c := goredis.NewClient(&goredis.Options{Addr: s.addr})
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
 	defer c.Close()
 
 	_, err := redis.New(c, nil)
 	if err == nil || !strings.Contains(err.Error(), `maxmemory-policy is "volatile-lru"`) {
 		t.Fatalf("New on a volatile-lru server: got %v, want an error naming the policy", err)
 	}
-	if _, err := locker.Open(ctx, "redis://"+s.addr); err == nil || !strings.Contains(err.Error(), "allow_eviction=true") {
+	if _, err := locker.Open(ctx, "redis://"+s.Addr()); err == nil || !strings.Contains(err.Error(), "allow_eviction=true") {
 		t.Fatalf("Open on a volatile-lru server: got %v, want an error naming the opt-out", err)
 	}
 	for _, open := range []func() (locker.Locker, error){
 		func() (locker.Locker, error) { return redis.New(c, &redis.Options{AllowEviction: true}) },
-		func() (locker.Locker, error) { return locker.Open(ctx, "redis://"+s.addr+"?allow_eviction=true") },
+		func() (locker.Locker, error) { return locker.Open(ctx, "redis://"+s.Addr()+"?allow_eviction=true") },
 	} {
 		l, err := open()
 		if err != nil {
@@ -248,10 +192,10 @@ func TestEvictionPolicy(t *testing.T) {
 // TestConfigUnavailable: where CONFIG is disabled (as on managed Redis) the
 // Locker opens and says once, through the logger, what it could not check.
 func TestConfigUnavailable(t *testing.T) {
-	s := startServer(t, "--rename-command", "CONFIG", "")
+	s := testenv.StartRedis(t, "--rename-command", "CONFIG", "")
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	c := goredis.NewClient(&goredis.Options{Addr: s.addr})
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
 	defer c.Close()
 	l, err := redis.New(c, &redis.Options{Config: locker.Config{Logger: log}})
 	if err != nil {
