@@ -33,6 +33,9 @@ vet:
 test-short:
 	$(GO) test -race -count=1 ./...
 
+# The library's benchmarks, then the peer comparisons in bench/*/ (modules
+# of their own, so that peer libraries stay out of the library's go.mod).
 bench:
 	. $${LOCKER_SERVICES_DIR:-/tmp/locker-services}/env && \
-		$(GO) test -run '^$$' -bench . -benchmem ./...
+		$(GO) test -run '^$$' -bench . -benchmem ./... && \
+		for m in bench/*/; do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done

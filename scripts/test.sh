@@ -25,3 +25,7 @@ go test -race -count=1 -timeout 15m ./... "$@"
 # from make bench.
 echo "+ go test -run '^\$' -bench . -benchtime 20x ./..." >&2
 go test -run '^$' -bench . -benchtime 20x ./... >/dev/null
+for m in bench/*/; do
+	echo "+ (cd $m && go vet ./... && go test -run '^\$' -bench . -benchtime 20x ./...)" >&2
+	(cd "$m" && go vet ./... && go test -run '^$' -bench . -benchtime 20x ./... >/dev/null)
+done

@@ -200,3 +200,6 @@ func countNonZero(c []int) int {
 	}
 	return n
 }
+
+// WaitersName names a sub-benchmark by its number of waiters.
+func WaitersName(n int) string { return fmt.Sprintf("waiters=%d", n) }

@@ -54,16 +54,33 @@ func (w *watcher) wake() {
 	}
 }
 
+// NewNotifier returns a Notifier over c; it opens its connection on the
+// first Watch.
 func NewNotifier(c Conn, log *slog.Logger) *Notifier {
 	return &Notifier{c: c, log: log, subs: map[string]*subscription{}}
 }
 
+// Watch subscribes to channel, waits until the server confirms, and
+// returns a channel that receives (without blocking the notifier) after
+// each message; stop ends the watch.
 func (n *Notifier) Watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
-	w := &watcher{events: make(chan struct{}, 1)}
+	events := make(chan struct{}, 1)
+	stop, err := n.WatchInto(ctx, channel, events)
+	if err != nil {
+		return nil, nil, err
+	}
+	return events, stop, nil
+}
+
+// WatchInto is Watch delivering to the caller's channel, so that one
+// waiter can watch the same channel on several servers. Sends never
+// block: events should have a buffer of one.
+func (n *Notifier) WatchInto(ctx context.Context, channel string, events chan struct{}) (func(), error) {
+	w := &watcher{events: events}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return nil, nil, backend.ErrClosed
+		return nil, backend.ErrClosed
 	}
 	s := n.subs[channel]
 	if s == nil {
@@ -93,13 +110,13 @@ func (n *Notifier) Watch(ctx context.Context, channel string) (<-chan struct{}, 
 	defer t.Stop()
 	select {
 	case <-ready:
-		return w.events, stop, nil
+		return stop, nil
 	case <-ctx.Done():
 		stop()
-		return nil, nil, ctx.Err()
+		return nil, ctx.Err()
 	case <-t.C:
 		stop()
-		return nil, nil, fmt.Errorf("redis: subscription to release notices not confirmed within %v", subscribeTimeout)
+		return nil, fmt.Errorf("redis: subscription to release notices not confirmed within %v", subscribeTimeout)
 	}
 }
 

@@ -1,0 +1,140 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/conformance"
+	"github.com/distlock/locker/internal/benchkit"
+	"github.com/distlock/locker/internal/testenv"
+	_ "github.com/distlock/locker/redis"
+)
+
+// BenchmarkUncontended compares Acquire+Release on five Redlock nodes
+// with the same on one Redis server (the redis package), in one run: the
+// fan-out to all nodes is parallel, so the p50 latency should stay within
+// about twice the single server's.
+func BenchmarkUncontended(b *testing.B) {
+	single := hosts(b, testenv.Get(b, testenv.RedisURL))
+	five := hosts(b, testenv.Get(b, testenv.RedlockURL))
+	// The floor this machine sets: the raw SET NX PX + compare-and-delete
+	// pair on one server, and the same pair sent to five servers at once.
+	// On a machine with fewer cores than servers, the five servers queue
+	// for the CPU and the fan-out costs more than one round trip.
+	b.Run("raw-single", func(b *testing.B) { rawFanOut(b, single) })
+	b.Run("raw-fanout-5", func(b *testing.B) { rawFanOut(b, five) })
+	// The same with 0.5 ms added each way by a proxy in front of every
+	// server, as on a network: then round trips, not CPU, dominate, and
+	// the parallel fan-out shows.
+	for _, tc := range []struct {
+		name  string
+		hosts []string
+		open  string
+	}{{"rtt=1ms/redis-single", single, "redis://"}, {"rtt=1ms/redlock-5", five, "redlock://"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var addrs []string
+			for _, h := range tc.hosts {
+				p, err := conformance.NewProxy(h)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close()
+				p.SetLatency(500 * time.Microsecond)
+				addrs = append(addrs, p.Addr())
+			}
+			l, err := locker.Open(context.Background(), tc.open+strings.Join(addrs, ","))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			benchkit.AcquireRelease(b, l, "bench-uncontended-rtt", locker.WithAutoRefresh(false))
+		})
+	}
+	for _, tc := range []struct{ name, url string }{
+		{"redis-single", testenv.Get(b, testenv.RedisURL)},
+		{"redlock-5", testenv.Get(b, testenv.RedlockURL)},
+		{"redlock-5-redigo", testenv.Get(b, testenv.RedlockURL) + "?client=redigo"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			l, err := locker.Open(context.Background(), tc.url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			benchkit.AcquireRelease(b, l, "bench-uncontended", locker.WithAutoRefresh(false))
+		})
+	}
+}
+
+func hosts(b *testing.B, raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.Split(u.Host, ",")
+}
+
+const rawRelease = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+
+// rawFanOut locks and unlocks a key on every server at once with the raw
+// commands, one goroutine per server, as a Redlock round does.
+func rawFanOut(b *testing.B, addrs []string) {
+	ctx := context.Background()
+	var cs []*goredis.Client
+	for _, a := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: a})
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	sha, err := cs[0].ScriptLoad(ctx, rawRelease).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range cs[1:] {
+		c.ScriptLoad(ctx, rawRelease)
+	}
+	each := func(f func(c *goredis.Client) error) error {
+		errs := make(chan error, len(cs))
+		for _, c := range cs {
+			go func() { errs <- f(c) }()
+		}
+		var first error
+		for range cs {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	benchkit.Loop(b, func(ctx context.Context, i int) error {
+		token := fmt.Sprint(i)
+		if err := each(func(c *goredis.Client) error {
+			return c.SetNX(ctx, "bench-raw", token, 30*time.Second).Err()
+		}); err != nil {
+			return err
+		}
+		return each(func(c *goredis.Client) error {
+			return c.EvalSha(ctx, sha, []string{"bench-raw"}, token).Err()
+		})
+	})
+}
+
+// BenchmarkHandoff measures release-to-next-acquire latency with 2 and 8
+// waiters on one key, each with its own Locker.
+func BenchmarkHandoff(b *testing.B) {
+	url := testenv.Get(b, testenv.RedlockURL)
+	for _, waiters := range []int{2, 8} {
+		b.Run(benchkit.WaitersName(waiters), func(b *testing.B) {
+			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
+				return locker.Open(context.Background(), url)
+			}, "bench-handoff", locker.WithAutoRefresh(false))
+		})
+	}
+}

@@ -1,0 +1,276 @@
+package redlock
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/redisconn"
+)
+
+func init() {
+	locker.Register("redlock", open)
+	locker.Register("redlocks", open)
+}
+
+// Options configures New and NewRedigo. The zero value is usable.
+type Options struct {
+	// Config is passed to locker.New.
+	Config locker.Config
+	// NodeTimeout bounds each node's part of a round (acquire, refresh,
+	// release), so that a dead or slow node costs this much, not the TTL.
+	// Keep it well below the TTLs you use. Default 100ms.
+	NodeTimeout time.Duration
+	// DriftFactor and MinDrift make the clock-drift allowance subtracted
+	// from the TTL: TTL x DriftFactor + MinDrift. Defaults 0.01 and 2ms,
+	// as on the Redis distlock page.
+	DriftFactor float64
+	MinDrift    time.Duration
+	// RetryDelay is the longest random delay before a waiter tries again
+	// after a split vote. Default 20ms.
+	RetryDelay time.Duration
+	// AllowEviction opens the Locker even when a node's maxmemory-policy
+	// lets Redis evict lock keys under memory pressure.
+	AllowEviction bool
+}
+
+const (
+	defaultNodeTimeout = 100 * time.Millisecond
+	defaultDriftFactor = 0.01
+	defaultMinDrift    = 2 * time.Millisecond
+	defaultRetryDelay  = 20 * time.Millisecond
+	openTimeout        = 5 * time.Second
+)
+
+func (o *Options) settings() (settings, error) {
+	s := settings{nodeTimeout: o.NodeTimeout, driftFactor: o.DriftFactor, minDrift: o.MinDrift, retryDelay: o.RetryDelay}
+	if s.nodeTimeout == 0 {
+		s.nodeTimeout = defaultNodeTimeout
+	}
+	if s.driftFactor == 0 {
+		s.driftFactor = defaultDriftFactor
+	}
+	if s.minDrift == 0 {
+		s.minDrift = defaultMinDrift
+	}
+	if s.retryDelay == 0 {
+		s.retryDelay = defaultRetryDelay
+	}
+	switch {
+	case s.nodeTimeout < 0:
+		return s, fmt.Errorf("redlock: NodeTimeout must be positive, got %v", s.nodeTimeout)
+	case s.driftFactor < 0 || s.driftFactor >= 1:
+		return s, fmt.Errorf("redlock: DriftFactor must be in [0, 1), got %v", s.driftFactor)
+	case s.minDrift < 0:
+		return s, fmt.Errorf("redlock: MinDrift must not be negative, got %v", s.minDrift)
+	case s.retryDelay < 0:
+		return s, fmt.Errorf("redlock: RetryDelay must be positive, got %v", s.retryDelay)
+	}
+	return s, nil
+}
+
+// New returns a Locker over independent Redis masters, one go-redis client
+// each (not replicas of one another, and not a Cluster). Three or five
+// are usual; an even number tolerates no more failures than one fewer.
+// The Locker does not close the clients. Build them with
+// ContextTimeoutEnabled: true, so that the per-node timeout bounds their
+// calls rather than only the Locker's wait for them.
+func New(clients []goredis.UniversalClient, opts *Options) (locker.Locker, error) {
+	conns := make([]redisconn.Conn, len(clients))
+	addrs := make([]string, len(clients))
+	for i, c := range clients {
+		if c == nil {
+			return nil, fmt.Errorf("redlock: client %d is nil", i)
+		}
+		conns[i] = redisconn.NewGoRedis(c, false)
+		addrs[i] = clientAddr(c, i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	return newLocker(ctx, conns, addrs, opts)
+}
+
+// NewRedigo is New over redigo connection pools, one per master.
+func NewRedigo(pools []*redigo.Pool, opts *Options) (locker.Locker, error) {
+	conns := make([]redisconn.Conn, len(pools))
+	addrs := make([]string, len(pools))
+	for i, p := range pools {
+		if p == nil {
+			return nil, fmt.Errorf("redlock: pool %d is nil", i)
+		}
+		conns[i] = redisconn.NewRedigo(p, false)
+		addrs[i] = "node " + strconv.Itoa(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	return newLocker(ctx, conns, addrs, opts)
+}
+
+func clientAddr(c goredis.UniversalClient, i int) string {
+	if cl, ok := c.(*goredis.Client); ok {
+		return cl.Options().Addr
+	}
+	return "node " + strconv.Itoa(i)
+}
+
+func newLocker(ctx context.Context, conns []redisconn.Conn, addrs []string, opts *Options) (locker.Locker, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if len(conns) == 0 {
+		return nil, fmt.Errorf("redlock: no nodes given")
+	}
+	set, err := o.settings()
+	if err != nil {
+		return nil, err
+	}
+	log := o.Config.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	// A hung node must not hold up the open for long: Redlock is meant to
+	// work without it.
+	cctx, cancel := context.WithTimeout(ctx, 10*set.nodeTimeout)
+	defer cancel()
+	if err := checkNodes(cctx, conns, addrs, log, o.AllowEviction); err != nil {
+		return nil, err
+	}
+	nodes := make([]*node, len(conns))
+	for i, c := range conns {
+		nodes[i] = &node{addr: addrs[i], c: c, notify: redisconn.NewNotifier(c, log)}
+	}
+	return locker.New(newDriver(nodes, set, log), &o.Config), nil
+}
+
+// checkNodes refuses nodes that may evict lock keys, as the redis package
+// does for its one server. A node that cannot be reached is not an error:
+// Redlock is meant to work with a minority of nodes down; it is logged.
+func checkNodes(ctx context.Context, conns []redisconn.Conn, addrs []string, log *slog.Logger, allow bool) error {
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			policy, err := c.ConfigGet(ctx, "maxmemory-policy")
+			switch {
+			case err != nil && redisconn.IsServerError(err):
+				log.Warn("locker/redlock: cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", "node", addrs[i], "err", err)
+			case err != nil:
+				log.Warn("locker/redlock: node unreachable at open", "node", addrs[i], "err", err)
+			case policy == "noeviction" || allow:
+			default:
+				if limit, err := c.ConfigGet(ctx, "maxmemory"); err == nil && limit == "0" {
+					return
+				}
+				errs[i] = fmt.Errorf("redlock: node %s has maxmemory-policy %q: under memory pressure it may evict lock keys, and another client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)", addrs[i], policy)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// open handles redlock:// and redlocks:// (TLS) URLs:
+//
+//	redlock://[user:password@]h1:p1,h2:p2,h3:p3[/db][?client=redigo][&node_timeout=50ms]
+//	    [&drift_factor=0.01][&min_drift=2ms][&retry_delay=20ms][&allow_eviction=true][&timeout=1s]
+func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
+	client, _ := u.Param("client")
+	var o Options
+	o.Config = u.Config
+	var err error
+	if o.AllowEviction, err = u.BoolParam("allow_eviction", false); err != nil {
+		return nil, err
+	}
+	if o.NodeTimeout, err = u.DurationParam("node_timeout", 0); err != nil {
+		return nil, err
+	}
+	if o.MinDrift, err = u.DurationParam("min_drift", 0); err != nil {
+		return nil, err
+	}
+	if o.RetryDelay, err = u.DurationParam("retry_delay", 0); err != nil {
+		return nil, err
+	}
+	if v, ok := u.Param("drift_factor"); ok {
+		if o.DriftFactor, err = strconv.ParseFloat(v, 64); err != nil {
+			return nil, fmt.Errorf("redlock: drift_factor %q is not a number", v)
+		}
+	}
+	timeout, err := u.DurationParam("timeout", 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.CheckParams(); err != nil {
+		return nil, err
+	}
+	if _, err := o.settings(); err != nil {
+		return nil, err
+	}
+	hosts := u.Hosts()
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("redlock: URL has no hosts: want redlock://host1:port1,host2:port2,host3:port3")
+	}
+	seen := map[string]bool{}
+	for _, h := range hosts {
+		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
+			return nil, fmt.Errorf("redlock: host %q has no port: want host:port", h)
+		}
+		if seen[h] {
+			return nil, fmt.Errorf("redlock: host %s is listed twice: the nodes must be independent", h)
+		}
+		seen[h] = true
+	}
+	db := 0
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		if db, err = strconv.Atoi(p); err != nil || db < 0 {
+			return nil, fmt.Errorf("redlock: path %q is not a database number", u.Path)
+		}
+	}
+	user := u.User.Username()
+	pass, _ := u.User.Password()
+	conns := make([]redisconn.Conn, 0, len(hosts))
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	for _, h := range hosts {
+		var tlsConf *tls.Config
+		if u.Scheme == "redlocks" {
+			tlsConf = &tls.Config{ServerName: strings.Split(h, ":")[0], MinVersion: tls.VersionTLS12}
+		}
+		c, err := redisconn.Dial([]string{h}, redisconn.ClientOptions{
+			Client: client, Username: user, Password: pass, DB: db, TLS: tlsConf, Timeout: timeout,
+		})
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("redlock: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	l, err := newLocker(ctx, conns, hosts, &o)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return l, nil
+}
