@@ -17,8 +17,6 @@ import (
 )
 
 var (
-	//go:embed scripts/acquire.lua
-	acquireLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/refresh.lua
@@ -26,10 +24,11 @@ var (
 	//go:embed scripts/pttl.lua
 	pttlLua string
 
-	acquireScript = redisconn.NewScript("acquire", acquireLua, 1)
-	releaseScript = redisconn.NewScript("release", releaseLua, 1)
-	refreshScript = redisconn.NewScript("refresh", refreshLua, 1)
-	pttlScript    = redisconn.NewScript("pttl", pttlLua, 1)
+	// The holder's remaining TTL, asked only after a refused round.
+	holderTTLScript = redisconn.NewScript("holder-ttl", "return redis.call('PTTL', KEYS[1])", 1)
+	releaseScript   = redisconn.NewScript("release", releaseLua, 1)
+	refreshScript   = redisconn.NewScript("refresh", refreshLua, 1)
+	pttlScript      = redisconn.NewScript("pttl", pttlLua, 1)
 )
 
 // Names on every node: lock K is the key "redlock:{k:K}", its releases are
@@ -108,6 +107,17 @@ type outcome struct {
 // is first: a node that does not answer in time counts as failed even if
 // its client, built without ContextTimeoutEnabled, goes on waiting.
 func (d *driver) fanOut(ctx context.Context, s *redisconn.Script, key string, args ...any) []outcome {
+	return d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
+		v, err := n.c.Eval(ctx, s, []string{lockKey(key)}, args...)
+		if err != nil {
+			return 0, err
+		}
+		return redisconn.AsInt(v)
+	})
+}
+
+// each runs op on every node at once; see fanOut.
+func (d *driver) each(ctx context.Context, op func(ctx context.Context, n *node) (int64, error)) []outcome {
 	out := make([]outcome, len(d.nodes))
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
@@ -119,11 +129,7 @@ func (d *driver) fanOut(ctx context.Context, s *redisconn.Script, key string, ar
 	answers := make(chan answer, len(d.nodes))
 	for i, n := range d.nodes {
 		go func() {
-			v, err := n.c.Eval(ctx, s, []string{lockKey(key)}, args...)
-			var x int64
-			if err == nil {
-				x, err = redisconn.AsInt(v)
-			}
+			x, err := op(ctx, n)
 			answers <- answer{i, outcome{x, err}}
 		}()
 	}
@@ -160,8 +166,9 @@ func (d *driver) nodeErrors(out []outcome) string {
 	return strings.Join(parts, "; ")
 }
 
-// TryAcquire is one round of the Redlock algorithm: SET NX PX with one
-// token on all nodes at once; the lock is ours when a majority accepted
+// TryAcquire is one round of the Redlock algorithm: SET NX PX (the plain
+// command, the cheapest for the servers) with one token on all nodes at
+// once; the lock is ours when a majority accepted
 // and validity (TTL - elapsed - drift) is left. Otherwise it is released
 // on every node that did not clearly refuse.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
@@ -173,12 +180,17 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 // a holder that has a majority.
 func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acquisition, _ error, split bool) {
 	start := d.now()
-	out := d.fanOut(ctx, acquireScript, req.Key, req.Token, ms(req.TTL))
+	out := d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
+		ok, err := n.c.SetNX(ctx, lockKey(req.Key), req.Token, time.Duration(ms(req.TTL))*time.Millisecond)
+		if ok {
+			return 1, err
+		}
+		return 0, err
+	})
 	elapsed := d.now().Sub(start)
 	validity := req.TTL - elapsed - d.Drift(req.TTL)
 
 	acquired, refused, failed := 0, 0, 0
-	remaining := time.Duration(-1) // the holder's, as the refusing nodes see it
 	for _, o := range out {
 		switch {
 		case o.err != nil:
@@ -187,9 +199,6 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 			acquired++
 		default:
 			refused++
-			if left := time.Duration(-o.n-1) * time.Millisecond; left >= 0 && (remaining < 0 || left < remaining) {
-				remaining = left
-			}
 		}
 	}
 	if acquired >= d.quorum && validity > 0 {
@@ -216,11 +225,7 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 			"a majority accepted, but the round took %v of the %v TTL, leaving no validity after the drift allowance of %v",
 			elapsed.Round(time.Microsecond), req.TTL, d.Drift(req.TTL))}, true
 	case refused >= d.quorum:
-		busy := &backend.Busy{}
-		if remaining >= 0 {
-			busy.Remaining = max(remaining, time.Millisecond)
-		}
-		return backend.Acquisition{}, busy, false
+		return backend.Acquisition{}, &backend.Busy{Remaining: d.holderTTL(ctx, req.Key, out)}, false
 	}
 	// A split vote: no client holds a majority. Retry after a random
 	// delay, so that the contenders fall out of step.
@@ -228,6 +233,32 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 		Remaining: d.retryDelay(),
 		Reason:    fmt.Sprintf("split vote: %d of %d nodes accepted, %d refused", acquired, len(d.nodes), refused),
 	}, true
+}
+
+// holderTTL asks the nodes that refused for the holder's remaining TTL, so
+// that a waiter tries again when a holder that died without releasing
+// expires. It returns the smallest, or 0 when no node tells.
+func (d *driver) holderTTL(ctx context.Context, key string, out []outcome) time.Duration {
+	left := d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
+		v, err := n.c.Eval(ctx, holderTTLScript, []string{lockKey(key)})
+		if err != nil {
+			return 0, err
+		}
+		return redisconn.AsInt(v)
+	})
+	remaining := time.Duration(-1)
+	for i, o := range left {
+		if out[i].err != nil || out[i].n == 1 || o.err != nil || o.n < 0 {
+			continue // not a refusing node, or no TTL to tell
+		}
+		if l := time.Duration(o.n) * time.Millisecond; remaining < 0 || l < remaining {
+			remaining = l
+		}
+	}
+	if remaining < 0 {
+		return 0
+	}
+	return max(remaining, time.Millisecond)
 }
 
 // releaseWhere runs the compare-and-delete on the nodes whose outcome

@@ -34,6 +34,8 @@ type Conn interface {
 	BLPop(ctx context.Context, key string, timeout time.Duration) (bool, error)
 	// ConfigGet returns a server setting, from one node on a Cluster.
 	ConfigGet(ctx context.Context, name string) (string, error)
+	// SetNX runs SET key value NX PX ttl and reports whether it set the key.
+	SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
 	// Close closes the client if the Locker opened it, else does nothing.
 	Close() error
 }

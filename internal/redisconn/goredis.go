@@ -137,6 +137,10 @@ func (g *goredisConn) BLPop(ctx context.Context, key string, timeout time.Durati
 	return true, nil
 }
 
+func (g *goredisConn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	return g.c.SetNX(ctx, key, value, ttl).Result()
+}
+
 func (g *goredisConn) ConfigGet(ctx context.Context, name string) (string, error) {
 	m, err := g.c.ConfigGet(ctx, name).Result()
 	if err != nil {

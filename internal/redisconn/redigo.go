@@ -186,6 +186,19 @@ func (r *redigoConn) BLPop(ctx context.Context, key string, timeout time.Duratio
 	return true, nil
 }
 
+func (r *redigoConn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	v, err := redigo.DoContext(c, ctx, "SET", key, value, "NX", "PX", max(ttl.Milliseconds(), 1))
+	if err != nil {
+		return false, err
+	}
+	return v != nil, nil // "OK", or nil when the key exists
+}
+
 func (r *redigoConn) ConfigGet(ctx context.Context, name string) (string, error) {
 	c, err := r.get(ctx)
 	if err != nil {
