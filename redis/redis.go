@@ -2,12 +2,9 @@ package redis
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -76,20 +73,16 @@ func newLocker(ctx context.Context, c redisconn.Conn, opts *Options, mode wakeMo
 // carries a TTL, so the volatile-* policies evict them as readily as the
 // allkeys-* ones; only noeviction (or no memory limit) is safe.
 func checkEviction(ctx context.Context, c redisconn.Conn, log *slog.Logger, allow bool) error {
-	policy, err := c.ConfigGet(ctx, "maxmemory-policy")
-	if err != nil {
-		if redisconn.IsServerError(err) {
-			// CONFIG is often disabled or renamed on managed Redis.
-			log.Warn("locker/redis: cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", "err", err)
-			return nil
-		}
-		return fmt.Errorf("redis: server unreachable: %w", err)
-	}
-	if policy == "noeviction" || allow {
+	policy, err := redisconn.EvictionRisk(ctx, c)
+	switch {
+	case err != nil && redisconn.IsServerError(err):
+		// CONFIG is often disabled or renamed on managed Redis.
+		log.Warn("locker/redis: cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", "err", err)
 		return nil
-	}
-	if limit, err := c.ConfigGet(ctx, "maxmemory"); err == nil && limit == "0" {
-		return nil // no memory limit: nothing is ever evicted
+	case err != nil:
+		return fmt.Errorf("redis: server unreachable: %w", err)
+	case policy == "" || allow:
+		return nil
 	}
 	return fmt.Errorf("redis: maxmemory-policy is %q: under memory pressure Redis may evict lock keys (they all carry a TTL), and a second client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)", policy)
 }
@@ -99,50 +92,25 @@ func checkEviction(ctx context.Context, c redisconn.Conn, log *slog.Logger, allo
 //	redis://[user:password@]host:port[/db][?client=goredis|redigo][&allow_eviction=true]
 //	redis://host1:port1,host2:port2,...   (Redis Cluster, go-redis only)
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
-	client, _ := u.Param("client")
 	allow, err := u.BoolParam("allow_eviction", false)
 	if err != nil {
 		return nil, err
 	}
-	timeout, err := u.DurationParam("timeout", 0)
+	hosts, co, err := redisconn.FromURL(u, u.Scheme == "rediss")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
-	hosts := u.Hosts()
-	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redis: URL has no host: want redis://host:port")
+	if len(hosts) > 1 && co.DB != 0 {
+		return nil, fmt.Errorf("redis: Redis Cluster has no databases, but the URL selects %d", co.DB)
 	}
-	for _, h := range hosts {
-		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
-			return nil, fmt.Errorf("redis: host %q has no port: want host:port", h)
-		}
-	}
-	db := 0
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		if db, err = strconv.Atoi(p); err != nil || db < 0 {
-			return nil, fmt.Errorf("redis: path %q is not a database number", u.Path)
-		}
-	}
-	user := u.User.Username()
-	pass, _ := u.User.Password()
-	var tlsConf *tls.Config
-	if u.Scheme == "rediss" {
-		tlsConf = &tls.Config{ServerName: strings.Split(hosts[0], ":")[0], MinVersion: tls.VersionTLS12}
-	}
-	opts := &Options{Config: u.Config, AllowEviction: allow}
-
-	if len(hosts) > 1 && db != 0 {
-		return nil, fmt.Errorf("redis: Redis Cluster has no databases, but the URL selects %d", db)
-	}
-	c, err := redisconn.Dial(hosts, redisconn.ClientOptions{
-		Client: client, Username: user, Password: pass, DB: db, TLS: tlsConf, Timeout: timeout,
-	})
+	c, err := redisconn.Dial(hosts, co)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
+	opts := &Options{Config: u.Config, AllowEviction: allow}
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	l, err := newLocker(ctx, c, opts, wakePubSub)

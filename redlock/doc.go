@@ -37,12 +37,16 @@
 //     compare-and-delete on every node. TTL reports how long a majority
 //     still holds the lock, bounded by the local validity.
 //
-// With a majority of nodes down or hung, Acquire and TryAcquire fail with
-// an error that names the nodes and their errors, after about two per-node
-// timeouts (one for the round, one for undoing it); they never wait for a
-// majority to come back. Waiters are woken through release notices
-// subscribed on every node; a waiter that could not subscribe on a
-// majority polls at a few retry delays.
+// With a majority of nodes down or hung, TryAcquire fails with an error
+// that names the nodes and their errors after about two per-node timeouts
+// (one for the round, one for undoing it); Acquire makes two more rounds a
+// retry delay apart first, in case the nodes were only slow for a moment.
+// Neither waits for a majority to come back.
+//
+// A waiter subscribes to the key's release channel on every node; until a
+// majority has confirmed (every node where the holder's key was, a
+// majority, publishes the release, so one of ours hears it) it also polls
+// every few retry delays.
 //
 // # No fencing tokens
 //

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/locker/backend"
@@ -216,8 +217,8 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 	}
 	switch {
 	case acquired+refused < d.quorum:
-		return backend.Acquisition{}, fmt.Errorf("redlock: only %d of %d nodes answered, %d needed for a majority (%s)",
-			acquired+refused, len(d.nodes), d.quorum, d.nodeErrors(out)), false
+		return backend.Acquisition{}, &noQuorumError{fmt.Sprintf("redlock: only %d of %d nodes answered, %d needed for a majority (%s)",
+			acquired+refused, len(d.nodes), d.quorum, d.nodeErrors(out))}, false
 	case acquired >= d.quorum:
 		// A majority, but no validity left: the TTL is too short for the
 		// time the round took. Another round may be quicker.
@@ -299,26 +300,39 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	unanswered := 0 // rounds in a row that reached no majority
 	for {
 		acq, err, split := d.round(ctx, req)
+		var nq *noQuorumError
+		if errors.As(err, &nq) && unanswered < noQuorumRetries {
+			// Perhaps a burst of new connections on a loaded machine:
+			// try again shortly, a bounded number of times, so that a
+			// majority that is really gone still fails the call soon.
+			unanswered++
+			timer.Reset(d.retryDelay())
+			select {
+			case <-ctx.Done():
+				return backend.Acquisition{}, ctx.Err()
+			case <-timer.C:
+			}
+			continue
+		}
+		unanswered = 0
 		var busy *backend.Busy
 		if !errors.As(err, &busy) {
 			return acq, err
 		}
 		if w == nil {
-			// Watch only once the key is busy, then look again at once:
-			// the release may have come before the watch started.
+			// Watch only once the key is busy. Until a majority confirms,
+			// the waiter polls, so a release in between is not missed.
 			w = d.watch(ctx, req.Key)
-			if !split {
-				continue
-			}
 		}
 		wait := busy.Remaining
 		if wait <= 0 || wait > maxWait {
 			wait = maxWait
 		}
-		if !w.ok {
-			// Notices are not guaranteed to reach us: poll as well.
+		if !w.ok() {
+			// Notices are not sure to reach us yet: poll as well.
 			wait = min(wait, d.cfg.retryDelay*4)
 		}
 		timer.Reset(wait)
@@ -340,57 +354,54 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	}
 }
 
+// noQuorumRetries is how many more rounds a waiting Acquire makes after a
+// round that fewer than a majority of nodes answered, before it fails.
+const noQuorumRetries = 2
+
+// noQuorumError: fewer than a majority of nodes answered a round.
+type noQuorumError struct{ msg string }
+
+func (e *noQuorumError) Error() string { return e.msg }
+
 // maxWait bounds a waiter's sleep when it learned nothing better.
 const maxWait = 5 * time.Second
 
 // watch is one waiter's subscription to a key's release notices on every
 // node.
 type watch struct {
-	events chan struct{}
-	ok     bool // a majority confirmed: no release can go unnoticed
-	mu     sync.Mutex
-	stops  []func()
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	events    chan struct{}
+	quorum    int
+	confirmed atomic.Int32
+	mu        sync.Mutex
+	stops     []func()
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
-// watch subscribes to key's release channel on every node at once and
-// returns when a majority has confirmed (a release is published by every
-// node where the holder's key was, a majority, so one of ours hears it),
-// when every node has answered, or after the subscribe timeout. Late
-// confirmations still join.
+// ok reports whether a majority of nodes confirmed the subscription: a
+// release is published by every node where the holder's key was, a
+// majority, so one of ours hears it. Until then the waiter also polls.
+func (w *watch) ok() bool { return int(w.confirmed.Load()) >= w.quorum }
+
+// watch subscribes to key's release channel on every node at once, in the
+// background: a waiter does not wait for slow or dead nodes to confirm.
 func (d *driver) watch(ctx context.Context, key string) *watch {
-	w := &watch{events: make(chan struct{}, 1)}
+	w := &watch{events: make(chan struct{}, 1), quorum: d.quorum}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
-	results := make(chan bool, len(d.nodes))
 	for _, n := range d.nodes {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
 			stop, err := n.notify.WatchInto(wctx, channelOf(key), w.events)
-			if err == nil {
-				w.mu.Lock()
-				w.stops = append(w.stops, stop)
-				w.mu.Unlock()
+			if err != nil {
+				return
 			}
-			results <- err == nil
+			w.mu.Lock()
+			w.stops = append(w.stops, stop)
+			w.mu.Unlock()
+			w.confirmed.Add(1)
 		}()
-	}
-	confirmed := 0
-	for range d.nodes {
-		select {
-		case ok := <-results:
-			if ok {
-				confirmed++
-			}
-		case <-ctx.Done():
-			return w
-		}
-		if confirmed >= d.quorum {
-			w.ok = true
-			return w
-		}
 	}
 	return w
 }

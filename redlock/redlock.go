@@ -2,12 +2,10 @@ package redlock
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -163,17 +161,13 @@ func checkNodes(ctx context.Context, conns []redisconn.Conn, addrs []string, log
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			policy, err := c.ConfigGet(ctx, "maxmemory-policy")
+			policy, err := redisconn.EvictionRisk(ctx, c)
 			switch {
 			case err != nil && redisconn.IsServerError(err):
 				log.Warn("locker/redlock: cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", "node", addrs[i], "err", err)
 			case err != nil:
 				log.Warn("locker/redlock: node unreachable at open", "node", addrs[i], "err", err)
-			case policy == "noeviction" || allow:
-			default:
-				if limit, err := c.ConfigGet(ctx, "maxmemory"); err == nil && limit == "0" {
-					return
-				}
+			case policy != "" && !allow:
 				errs[i] = fmt.Errorf("redlock: node %s has maxmemory-policy %q: under memory pressure it may evict lock keys, and another client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)", addrs[i], policy)
 			}
 		}()
@@ -192,7 +186,6 @@ func checkNodes(ctx context.Context, conns []redisconn.Conn, addrs []string, log
 //	redlock://[user:password@]h1:p1,h2:p2,h3:p3[/db][?client=redigo][&node_timeout=50ms]
 //	    [&drift_factor=0.01][&min_drift=2ms][&retry_delay=20ms][&allow_eviction=true][&timeout=1s]
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
-	client, _ := u.Param("client")
 	var o Options
 	o.Config = u.Config
 	var err error
@@ -213,9 +206,9 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 			return nil, fmt.Errorf("redlock: drift_factor %q is not a number", v)
 		}
 	}
-	timeout, err := u.DurationParam("timeout", 0)
+	hosts, co, err := redisconn.FromURL(u, u.Scheme == "redlocks")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("redlock: %w", err)
 	}
 	if err := u.CheckParams(); err != nil {
 		return nil, err
@@ -223,28 +216,13 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	if _, err := o.settings(); err != nil {
 		return nil, err
 	}
-	hosts := u.Hosts()
-	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redlock: URL has no hosts: want redlock://host1:port1,host2:port2,host3:port3")
-	}
 	seen := map[string]bool{}
 	for _, h := range hosts {
-		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
-			return nil, fmt.Errorf("redlock: host %q has no port: want host:port", h)
-		}
 		if seen[h] {
 			return nil, fmt.Errorf("redlock: host %s is listed twice: the nodes must be independent", h)
 		}
 		seen[h] = true
 	}
-	db := 0
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		if db, err = strconv.Atoi(p); err != nil || db < 0 {
-			return nil, fmt.Errorf("redlock: path %q is not a database number", u.Path)
-		}
-	}
-	user := u.User.Username()
-	pass, _ := u.User.Password()
 	conns := make([]redisconn.Conn, 0, len(hosts))
 	closeAll := func() {
 		for _, c := range conns {
@@ -252,13 +230,7 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		}
 	}
 	for _, h := range hosts {
-		var tlsConf *tls.Config
-		if u.Scheme == "redlocks" {
-			tlsConf = &tls.Config{ServerName: strings.Split(h, ":")[0], MinVersion: tls.VersionTLS12}
-		}
-		c, err := redisconn.Dial([]string{h}, redisconn.ClientOptions{
-			Client: client, Username: user, Password: pass, DB: db, TLS: tlsConf, Timeout: timeout,
-		})
+		c, err := redisconn.Dial([]string{h}, co)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("redlock: %w", err)

@@ -161,7 +161,7 @@ func TestMajorityUnresponsive(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ url, want string }{
-		{"redlock://", "no hosts"},
+		{"redlock://", "URL has no host"},
 		{"redlock://127.0.0.1", "has no port"},
 		{"redlock://127.0.0.1:1,127.0.0.1:1", "listed twice"},
 		{"redlock://127.0.0.1:1?node_timeout=-1s", "NodeTimeout must be positive"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -16,7 +17,7 @@ type ClientOptions struct {
 	Client             string
 	Username, Password string
 	DB                 int
-	TLS                *tls.Config // nil: plain TCP
+	TLS                bool // verify the server's name, that of each host
 	// Timeout is the socket read and write timeout; 0 keeps the
 	// library's default.
 	Timeout time.Duration
@@ -27,16 +28,21 @@ type ClientOptions struct {
 // built with ContextTimeoutEnabled, so that context deadlines bound every
 // call. Nothing is sent to the server yet.
 func Dial(hosts []string, o ClientOptions) (Conn, error) {
+	var tlsConf *tls.Config
+	if o.TLS {
+		host, _, _ := strings.Cut(hosts[0], ":")
+		tlsConf = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+	}
 	switch o.Client {
 	case "", "goredis":
 		if len(hosts) > 1 {
 			return NewGoRedis(goredis.NewClusterClient(&goredis.ClusterOptions{
-				Addrs: hosts, Username: o.Username, Password: o.Password, TLSConfig: o.TLS,
+				Addrs: hosts, Username: o.Username, Password: o.Password, TLSConfig: tlsConf,
 				ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, ContextTimeoutEnabled: true,
 			}), true), nil
 		}
 		return NewGoRedis(goredis.NewClient(&goredis.Options{
-			Addr: hosts[0], Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLS,
+			Addr: hosts[0], Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: tlsConf,
 			ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, ContextTimeoutEnabled: true,
 		}), true), nil
 	case "redigo":
@@ -47,8 +53,8 @@ func Dial(hosts []string, o ClientOptions) (Conn, error) {
 		if o.Timeout > 0 {
 			dialOpts = append(dialOpts, redigo.DialReadTimeout(o.Timeout), redigo.DialWriteTimeout(o.Timeout))
 		}
-		if o.TLS != nil {
-			dialOpts = append(dialOpts, redigo.DialUseTLS(true), redigo.DialTLSConfig(o.TLS))
+		if tlsConf != nil {
+			dialOpts = append(dialOpts, redigo.DialUseTLS(true), redigo.DialTLSConfig(tlsConf))
 		}
 		addr := hosts[0]
 		return NewRedigo(&redigo.Pool{
