@@ -14,7 +14,9 @@
 #   redlock masters         27001-27005 (five independent masters)
 #   redis cluster           27011-27013 (three masters, no replicas)
 #   zookeeper standalone    22181
+#   zookeeper ensemble      22281-22283 (quorum 22291-22293, election 22301-22303)
 #   etcd single member      23379 (peer 23380)
+#   etcd cluster            23479, 23579, 23679 (peers 23480, 23580, 23680)
 # LOCKER_PORT_OFFSET (default 0) is added to every port, so that two sets
 # of servers (two checkouts, two CI jobs) can run side by side; give each
 # its own LOCKER_SERVICES_DIR too.
@@ -28,8 +30,13 @@ REDIS_SINGLE=$((27000 + OFF))
 REDLOCK_PORTS=($((27001 + OFF)) $((27002 + OFF)) $((27003 + OFF)) $((27004 + OFF)) $((27005 + OFF)))
 CLUSTER_PORTS=($((27011 + OFF)) $((27012 + OFF)) $((27013 + OFF)))
 ZK_PORT=$((22181 + OFF))
+ZK_ENSEMBLE_CLIENT=($((22281 + OFF)) $((22282 + OFF)) $((22283 + OFF)))
+ZK_ENSEMBLE_QUORUM=($((22291 + OFF)) $((22292 + OFF)) $((22293 + OFF)))
+ZK_ENSEMBLE_ELECTION=($((22301 + OFF)) $((22302 + OFF)) $((22303 + OFF)))
 ETCD_PORT=$((23379 + OFF))
 ETCD_PEER=$((23380 + OFF))
+ETCD_CLUSTER_CLIENT=($((23479 + OFF)) $((23579 + OFF)) $((23679 + OFF)))
+ETCD_CLUSTER_PEER=($((23480 + OFF)) $((23580 + OFF)) $((23680 + OFF)))
 ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-all.jar:/usr/share/java/metrics-core.jar:/usr/share/java/snappy-java.jar
 
 log() { echo "services.sh: $*" >&2; }
@@ -127,6 +134,58 @@ start_zookeeper() { # launches the JVM; up() waits for health
 	# checks its health last.
 }
 
+# The ZooKeeper ensemble: three members on one machine, each with its own
+# directory $DIR/zk-ensemble-N holding its zoo.cfg, its data and a `run`
+# script that starts it in the foreground. Its pid is in zk-ensemble-N.pid.
+# Tests that kill a member (the leader, found with `srvr`) restart it with
+# that script and write the new pid back, so `down` still stops it.
+zk_member_ok() { # zk_member_ok PORT: the member answers and has joined a quorum
+	[ "$(four_letter "$1" ruok 2>/dev/null)" = imok ] &&
+		four_letter "$1" srvr 2>/dev/null | grep -Eq 'Mode: (leader|follower)'
+}
+
+zk_ensemble_ok() {
+	local p
+	for p in "${ZK_ENSEMBLE_CLIENT[@]}"; do zk_member_ok "$p" || return 1; done
+}
+
+start_zk_ensemble() { # launches the three JVMs; up() waits for the quorum
+	local i j dir
+	for i in 1 2 3; do
+		dir=$DIR/zk-ensemble-$i
+		alive "zk-ensemble-$i" && continue
+		mkdir -p "$dir/data"
+		echo "$i" >"$dir/data/myid"
+		# The same session settings as the standalone server; tickTime
+		# 500 ms also makes elections quick after a member is killed.
+		cat >"$dir/zoo.cfg" <<-CFG
+			tickTime=500
+			initLimit=10
+			syncLimit=4
+			dataDir=$dir/data
+			clientPort=${ZK_ENSEMBLE_CLIENT[i - 1]}
+			clientPortAddress=$HOST
+			minSessionTimeout=1000
+			maxSessionTimeout=120000
+			maxClientCnxns=0
+			admin.enableServer=false
+			4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,wchp,wchc
+			forceSync=no
+		CFG
+		for j in 1 2 3; do
+			echo "server.$j=$HOST:${ZK_ENSEMBLE_QUORUM[j - 1]}:${ZK_ENSEMBLE_ELECTION[j - 1]}" >>"$dir/zoo.cfg"
+		done
+		cat >"$dir/run" <<-RUN
+			#!/bin/sh
+			exec java -Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir="$dir" -cp "$ZK_CLASSPATH" \\
+				org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg"
+		RUN
+		chmod +x "$dir/run"
+		nohup "$dir/run" >>"$dir/zookeeper.log" 2>&1 &
+		echo $! >"$DIR/zk-ensemble-$i.pid"
+	done
+}
+
 etcd_ok() { curl -fsS "http://$HOST:$ETCD_PORT/health" | grep -q '"health":"true"'; }
 
 start_etcd() {
@@ -145,17 +204,59 @@ start_etcd() {
 	wait_for "etcd on :$ETCD_PORT" 30 etcd_ok
 }
 
+# etcd cluster: three members, each with its directory etcd-cluster-N holding
+# its data and a `run` script that starts it in the foreground with the flags
+# it was created with. Its pid is in etcd-cluster-N.pid. Tests that kill a
+# member (the leader) restart it with that script and write the new pid back,
+# so `down` still stops it.
+etcd_cluster_ok() {
+	local p
+	for p in "${ETCD_CLUSTER_CLIENT[@]}"; do
+		curl -fsS "http://$HOST:$p/health" | grep -q '"health":"true"' || return 1
+	done
+}
+
+start_etcd_cluster() { # launches the three members; up() waits for health
+	local i j dir initial=""
+	command -v etcd >/dev/null || die "etcd not found (run scripts/install.sh)"
+	for j in 1 2 3; do initial+="${initial:+,}m$j=http://$HOST:${ETCD_CLUSTER_PEER[j - 1]}"; done
+	for i in 1 2 3; do
+		dir=$DIR/etcd-cluster-$i
+		alive "etcd-cluster-$i" && continue
+		mkdir -p "$dir"
+		cat >"$dir/run" <<-RUN
+			#!/bin/sh
+			exec etcd --name m$i --data-dir "$dir/data" \\
+				--listen-client-urls http://$HOST:${ETCD_CLUSTER_CLIENT[i - 1]} \\
+				--advertise-client-urls http://$HOST:${ETCD_CLUSTER_CLIENT[i - 1]} \\
+				--listen-peer-urls http://$HOST:${ETCD_CLUSTER_PEER[i - 1]} \\
+				--initial-advertise-peer-urls http://$HOST:${ETCD_CLUSTER_PEER[i - 1]} \\
+				--initial-cluster $initial \\
+				--initial-cluster-token locker-cluster-$OFF --initial-cluster-state new \\
+				--logger zap --log-outputs stderr --log-level warn
+		RUN
+		chmod +x "$dir/run"
+		nohup "$dir/run" >>"$dir/etcd.log" 2>&1 &
+		echo $! >"$DIR/etcd-cluster-$i.pid"
+	done
+}
+
 print_env() {
-	local redlock="" cluster="" p
+	local redlock="" cluster="" zkens="" p
 	for p in "${REDLOCK_PORTS[@]}"; do redlock+="${redlock:+,}$HOST:$p"; done
+	for p in "${ZK_ENSEMBLE_CLIENT[@]}"; do zkens+="${zkens:+,}$HOST:$p"; done
 	for p in "${CLUSTER_PORTS[@]}"; do cluster+="${cluster:+,}$HOST:$p"; done
+	local etcdcl=""
+	for p in "${ETCD_CLUSTER_CLIENT[@]}"; do etcdcl+="${etcdcl:+,}$HOST:$p"; done
 	cat <<-ENV
 		export LOCKER_TEST_SERVICES_DIR=$DIR
 		export LOCKER_TEST_REDIS_URL=redis://$HOST:$REDIS_SINGLE
 		export LOCKER_TEST_REDLOCK_URL=redlock://$redlock
 		export LOCKER_TEST_REDIS_CLUSTER_URL=redis://$cluster
 		export LOCKER_TEST_ZK_URL=zookeeper://$HOST:$ZK_PORT
+		export LOCKER_TEST_ZK_ENSEMBLE_URL=zookeeper://$zkens
 		export LOCKER_TEST_ETCD_URL=etcd://$HOST:$ETCD_PORT
+		export LOCKER_TEST_ETCD_CLUSTER_URL=etcd://$etcdcl
 		export LOCKER_TEST_REDIS_SERVER=$(command -v redis-server)
 		export LOCKER_TEST_ZK_CLASSPATH=$ZK_CLASSPATH
 		export LOCKER_TEST_ETCD_BIN=$(command -v etcd)
@@ -167,12 +268,16 @@ up() {
 	command -v redis-server >/dev/null || die "redis-server not found (run scripts/install.sh)"
 	# ZooKeeper's JVM takes the longest to start: launch it first, check it last.
 	start_zookeeper
+	start_zk_ensemble
 	start_etcd
+	start_etcd_cluster
 	start_redis redis-single "$REDIS_SINGLE"
 	local p
 	for p in "${REDLOCK_PORTS[@]}"; do start_redis "redlock-$p" "$p"; done
 	start_cluster
 	wait_for "zookeeper on :$ZK_PORT" 60 zk_ok
+	wait_for "zookeeper ensemble on :${ZK_ENSEMBLE_CLIENT[*]}" 90 zk_ensemble_ok
+	wait_for "etcd cluster on :${ETCD_CLUSTER_CLIENT[*]}" 60 etcd_cluster_ok
 	print_env >"$DIR/env"
 	log "servers up; environment in $DIR/env"
 }

@@ -26,6 +26,18 @@ const (
 	EtcdBin         = "LOCKER_TEST_ETCD_BIN"          // path of the etcd binary
 )
 
+// ZooKeeperEnsembleURL is the variable with the three-member ZooKeeper
+// ensemble, zookeeper://h1:p1,h2:p2,h3:p3; each member's directory under
+// ServicesDir (zk-ensemble-N) holds its zoo.cfg and the `run` script that
+// starts it, and zk-ensemble-N.pid its pid.
+const ZooKeeperEnsembleURL = "LOCKER_TEST_ZK_ENSEMBLE_URL"
+
+// EtcdClusterURL is the variable with the three-member etcd cluster,
+// etcd://h1:p1,h2:p2,h3:p3; each member's directory under ServicesDir
+// (etcd-cluster-N) holds its data and the `run` script that starts it, and
+// etcd-cluster-N.pid its pid.
+const EtcdClusterURL = "LOCKER_TEST_ETCD_CLUSTER_URL"
+
 // Require is the variable that turns a missing server into a failure.
 const Require = "LOCKER_REQUIRE_SERVERS"
 
