@@ -1,0 +1,169 @@
+// Package zookeeper_bench compares locker's ZooKeeper backend with
+// go-zookeeper's own zk.Lock on the same server, in one run. It is a module
+// of its own so that the comparison stays out of the library's go.mod.
+//
+//	eval $(scripts/services.sh env)   # from the repository root
+//	cd bench/zookeeper && go test -run '^$' -bench . -benchmem -count 5
+package zookeeper_bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/benchkit"
+	"github.com/distlock/locker/internal/testenv"
+	_ "github.com/distlock/locker/zookeeper"
+)
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+
+func servers(b *testing.B) (raw string, hosts []string) {
+	raw = testenv.Get(b, testenv.ZooKeeperURL)
+	u, err := url.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw, strings.Split(u.Host, ",")
+}
+
+func connect(b *testing.B, hosts []string) *zk.Conn {
+	c, _, err := zk.Connect(hosts, 30*time.Second, zk.WithLogger(nopLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for c.State() != zk.StateHasSession {
+		time.Sleep(time.Millisecond)
+	}
+	return c
+}
+
+func uniq(prefix string) string {
+	var r [6]byte
+	rand.Read(r[:])
+	return "/" + prefix + "-" + hex.EncodeToString(r[:])
+}
+
+// warm opens the session of l's default TTL before the timing starts: a
+// Locker opens one session per TTL when it first needs it.
+func warm(l locker.Locker, err error) (locker.Locker, error) {
+	if err != nil {
+		return nil, err
+	}
+	lk, err := l.Acquire(context.Background(), "warm-up")
+	if err == nil {
+		err = lk.Release(context.Background())
+	}
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// BenchmarkUncontended: one goroutine locks and unlocks a free key, b.N
+// times, through each library. Both take three round trips: a protected
+// ephemeral sequential create, a listing of the queue, a delete. zk.Lock
+// has no context, no fencing token and no TTL; the Locker reads the fence
+// from the create's reply.
+func BenchmarkUncontended(b *testing.B) {
+	raw, hosts := servers(b)
+	b.Run("locker", func(b *testing.B) {
+		l, err := warm(locker.Open(context.Background(), raw+uniq("bench-peer-locker")))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		benchkit.AcquireRelease(b, l, "k", locker.WithAutoRefresh(false))
+	})
+	b.Run("zk.Lock", func(b *testing.B) {
+		c := connect(b, hosts)
+		defer c.Close()
+		lk := zk.NewLock(c, uniq("bench-peer-zklock")+"/k", zk.WorldACL(zk.PermAll))
+		benchkit.Loop(b, func(context.Context, int) error {
+			if err := lk.Lock(); err != nil {
+				return fmt.Errorf("zk.Lock: %w", err)
+			}
+			return lk.Unlock()
+		})
+	})
+}
+
+// BenchmarkHandoff: release-to-next-acquire latency and fairness with 2 and
+// 8 waiters on one key, each with its own session, through each library.
+// Both wake only the next waiter in the queue.
+func BenchmarkHandoff(b *testing.B) {
+	raw, hosts := servers(b)
+	for _, waiters := range []int{2, 8} {
+		b.Run("locker/"+benchkit.WaitersName(waiters), func(b *testing.B) {
+			base := raw + uniq("bench-peer-handoff")
+			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
+				return warm(locker.Open(context.Background(), base))
+			}, "k", locker.WithAutoRefresh(false))
+		})
+		b.Run("zk.Lock/"+benchkit.WaitersName(waiters), func(b *testing.B) {
+			base := uniq("bench-peer-zkhandoff")
+			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
+				return &zkLocker{c: connect(b, hosts), base: base}, nil
+			}, "k")
+		})
+	}
+}
+
+// zkLocker runs zk.Lock under the locker.Locker interface, as far as
+// benchkit.Handoff needs it: Acquire and Release. zk.Lock cannot give up
+// waiting, so a cancelled Acquire closes the connection (its session and
+// its queue node with it); benchkit cancels only when the run is over.
+type zkLocker struct {
+	c    *zk.Conn
+	base string
+}
+
+var errUnsupported = errors.New("not supported by zk.Lock")
+
+func (l *zkLocker) Acquire(ctx context.Context, key string, _ ...locker.Option) (locker.Lock, error) {
+	lk := zk.NewLock(l.c, l.base+"/"+key, zk.WorldACL(zk.PermAll))
+	done := make(chan error, 1)
+	go func() { done <- lk.Lock() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+		return &zkLock{key: key, lk: lk}, nil
+	case <-ctx.Done():
+		l.c.Close()
+		<-done
+		return nil, ctx.Err()
+	}
+}
+
+func (l *zkLocker) TryAcquire(context.Context, string, ...locker.Option) (locker.Lock, error) {
+	return nil, errUnsupported
+}
+func (l *zkLocker) Capabilities() locker.Capabilities { return locker.Capabilities{} }
+func (l *zkLocker) Close() error                      { l.c.Close(); return nil }
+
+type zkLock struct {
+	key string
+	lk  *zk.Lock
+}
+
+func (l *zkLock) Key() string                                  { return l.key }
+func (l *zkLock) Token() string                                { return "" }
+func (l *zkLock) Fence() (uint64, bool)                        { return 0, false }
+func (l *zkLock) Refresh(context.Context, time.Duration) error { return errUnsupported }
+func (l *zkLock) TTL(context.Context) (time.Duration, error)   { return 0, errUnsupported }
+func (l *zkLock) Release(context.Context) error                { return l.lk.Unlock() }
+func (l *zkLock) Lost() <-chan struct{}                        { return nil }

@@ -1,0 +1,144 @@
+// Package zookeeper is the lock backend for Apache ZooKeeper 3.5 or later
+// (tested with 3.8), one server or an ensemble: the lock recipe of the
+// ZooKeeper documentation, with a context on every call, TryAcquire,
+// fencing tokens, TTLs, a lost-lock signal and keys of any bytes.
+//
+// # Opening
+//
+// Import the package for its side effect and open by URL, or pass your own
+// connection to New:
+//
+//	zookeeper://host:port[,host:port...][/path]   one server, or an ensemble
+//	zk://...                                      the same
+//	zookeeper://user:password@host:port/path      with digest credentials (see ACLs)
+//
+// The path names the node under which locks live, created as needed;
+// default /locker. A host without a port gets ZooKeeper's 2181. Parameters:
+// the shared ttl and prefix; any other is an error. Open asks a server for
+// the range of session timeouts it grants (its minSessionTimeout and
+// maxSessionTimeout): that range is the range of TTLs the Locker accepts
+// (Capabilities().MinTTL and MaxTTL). A server that cannot be reached fails
+// Open.
+//
+// # How a lock works
+//
+// Key K has a node of its own, <path>/k-<K escaped>: bytes other than
+// letters, digits and -_.~ become %XX, so any key works, no two keys share
+// a node and none nests in another. Keys are at most 1024 bytes.
+//
+//   - Acquire creates an ephemeral sequential node _c_<guid>-lock-<n> in
+//     the key's node and lists the key's children. The lowest sequence
+//     number holds the lock. Every other waiter watches the node just
+//     before its own and nothing else, so a release wakes exactly one
+//     waiter, the next in line, which lists again (the node it watched
+//     may have left the queue without holding). Waiters get the lock in
+//     the order they queued (Capabilities().FIFO).
+//   - TryAcquire does the same once and removes its node if it is not
+//     first. An Acquire whose context ends removes its node before it
+//     returns.
+//   - Release deletes exactly our node, never a parent and never another
+//     holder's: its name carries our guid.
+//   - Key nodes (and the path above them, where missing) are created as
+//     containers, which the server deletes once their last child is gone,
+//     so keys no longer used do not accumulate.
+//
+// A create whose reply is lost to a dropped connection may have been
+// applied. The guid in the node's name ("protected" create) lets the
+// acquisition find its node again instead of queueing a second one that
+// would block the key for as long as the session lives; a node of ours
+// that turns up late is deleted when the queue is next listed.
+//
+// An uncontended Acquire and Release take three round trips, like the bare
+// recipe: create, list, delete.
+//
+// # TTLs and sessions
+//
+// The expiry mechanism is the session: the server deletes a session's
+// ephemeral nodes when it has not heard from the client for the session
+// timeout. A lock lives in a session whose timeout is the lock's TTL: the
+// Locker keeps one session per distinct TTL, opened the first time a lock
+// asks for that TTL and closed once it has held nothing for 30 seconds.
+// A holder that crashes or is cut off thus blocks others for its TTL, plus
+// up to one and a half ticks of the server (the leader checks for expired
+// sessions once per tick, and learns of a follower's clients' activity up
+// to half a tick late), plus the time to commit the expiry and wake the
+// next waiter: Capabilities().ExpirySlack. The tick is not visible to
+// clients; the slack assumes the default minSessionTimeout of two ticks.
+//
+// While the process lives, the client library keeps the session alive by
+// itself, so the Locker enforces a live holder's TTL: a lock that is not
+// refreshed (WithAutoRefresh(false)) has its node deleted when its TTL runs
+// out, as a key with a TTL would expire. Refresh proves the session alive
+// with a round trip to the leader (sync) and a read of our node; only a
+// round trip made now shows that the server heard from the client now.
+// Refresh with another TTL moves the lock into the session with that
+// timeout, in one transaction (delete our node, create it again under the
+// same name): it keeps its place in the queue and its fence.
+//
+// A server grants session timeouts only within its range. Should it grant
+// another timeout than the TTL asked for (for instance after its settings
+// changed since Open), the acquisition fails with ErrInvalidTTL naming the
+// server's range, rather than holding a lock for a time nobody asked for.
+//
+// # Losing a lock
+//
+// Lost is closed when the lock's validity runs out on the local clock
+// without a successful refresh: the TTL from the start of the last refresh,
+// less a drift allowance, before which the session cannot have expired
+// even if the client was cut off since. It is also closed when the server
+// reports the session expired, and when the connection has been down for
+// a whole session timeout, after which the server may have expired the
+// session (an Acquire in progress then gives up too). A lock whose TTL ran
+// out is deleted from the server as soon as it can be, so that the next
+// waiter gets it. A Locker whose session expired goes on with a new one:
+// later locks are unaffected.
+//
+// # Fencing tokens
+//
+// The fence is the czxid of the lock node: the id of the transaction that
+// created it. Transaction ids are global and strictly increasing, and
+// holders take a key in the order their nodes were created, so fences are
+// strictly increasing across holders, also when the key's node is deleted
+// and created again (sequence numbers restart then; zxids do not). The
+// czxid is read off the create's reply on the wire, which the client
+// library does not return, so it costs no round trip; where that reply was
+// not seen (a connection given to New, a create found again after a lost
+// reply) the node is read back alongside the listing.
+//
+// # ACLs
+//
+// With credentials in the URL, every session authenticates with digest
+// user:password, and every node the Locker creates carries the ACL
+// digest:user:<hash> with all permissions plus world:anyone with read.
+// ZooKeeper checks the permission to delete a node on its parent, so it is
+// the key nodes' ACL that keeps clients without the credentials from
+// deleting lock nodes (and from queueing); they can still read the queue.
+// ACLs are not inherited: nodes created earlier without credentials keep
+// their ACL until the server collects them.
+//
+// # Guarantees and their limits
+//
+// Writes go through the ensemble's leader and a quorum, so a lock survives
+// the loss of a minority of servers, and the leader's failure: a new
+// leader gives every session a full timeout again. If the election takes
+// longer than a holder's validity, the holder sees Lost; it never goes on
+// believing it holds a lock that another client was granted.
+//
+// Two limits remain, as with any ZooKeeper lock. A client connected to a
+// follower renews its session through the follower, which reports it to
+// the leader about every half tick; should the follower lose the leader
+// right after a refresh and before reporting it, the leader may expire the
+// session up to that much earlier than the client reckons. And a holder
+// paused (a GC pause, a stopped VM) past its TTL still believes it holds
+// the lock when it wakes. Fencing tokens checked by the protected resource
+// cover both.
+//
+// # Your own connection
+//
+// New takes a *zk.Conn you opened. All locks of that Locker live in its
+// session, so their TTL is its timeout, which you must pass as
+// Options.SessionTimeout (the client library does not expose it; New checks
+// it against the server's range). The Locker does not close the
+// connection. It notices a session expiry through its refreshes rather
+// than at once (Capabilities().LossSignal is false).
+package zookeeper

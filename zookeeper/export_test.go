@@ -1,0 +1,33 @@
+package zookeeper
+
+import (
+	"testing"
+	"time"
+)
+
+// EncodeKey is the key node name of lock key k.
+func EncodeKey(k string) string { return encodeKey(k) }
+
+// DecodeKey is the inverse of EncodeKey.
+func DecodeKey(name string) (string, error) { return decodeKey(name) }
+
+// Hooks observe the lock recipe from tests.
+type Hooks struct {
+	BeforeCreate func(prefix string)      // a protected create is about to be sent
+	Recovered    func(path string)        // a create whose reply was lost was found again
+	Watching     func(self, pred string)  // a waiter set its watch on pred
+	Listed       func(self string, n int) // a waiter listed the queue
+}
+
+// SetHooks installs h for the rest of the test.
+func SetHooks(t testing.TB, h Hooks) {
+	testHooks.Store(&hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, watching: h.Watching, listed: h.Listed})
+	t.Cleanup(func() { testHooks.Store(nil) })
+}
+
+// SetSessionIdle sets how long an unused session stays open, for the rest
+// of the test.
+func SetSessionIdle(t testing.TB, d time.Duration) {
+	old := sessionIdle.Swap(int64(d))
+	t.Cleanup(func() { sessionIdle.Store(old) })
+}

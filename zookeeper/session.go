@@ -1,0 +1,414 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/locker/backend"
+)
+
+// A session is one ZooKeeper session, on a connection of its own, whose
+// timeout is the TTL of every lock taken in it. The driver keeps one per
+// distinct TTL, opened when a lock first asks for that TTL and closed once
+// it has held nothing for sessionIdle.
+//
+// The client library reconnects by itself and, once the server reports the
+// session expired, starts a new session on the same connection. An epoch
+// is the life of one server-side session: it ends when the server reports
+// the session expired, or when the connection has been down for a whole
+// session timeout, after which the server may have expired it. Locks and
+// acquisitions belong to the epoch they were made in and end with it.
+type session struct {
+	d       *driver
+	conn    *zk.Conn
+	owned   bool          // opened by the driver; closed when idle or on Close
+	timeout time.Duration // every lock's TTL; setup fails if the server grants another
+	key     time.Duration // the sessions map key
+
+	ready     chan struct{} // closed when setup finished, well or not
+	setupErr  error         // set before ready is closed
+	connected chan struct{} // closed when the server first granted the session
+
+	// Written by the connections (wire.go), read by event.
+	wire      wire
+	granted   atomic.Int64 // timeout the server granted on the latest connection, ms
+	grantedID atomic.Int64 // session id it granted
+	dialErr   atomic.Pointer[error]
+
+	mu        sync.Mutex
+	refs      int         // held locks and acquisitions in progress
+	idle      *time.Timer // runs closeIdle; armed while refs is 0
+	closed    bool
+	cur       *epoch
+	id        int64            // the current epoch's session id; 0 until known
+	lostTimer *time.Timer      // ends the epoch if the connection stays down
+	helds     map[*held]*epoch // held locks, and the epoch each belongs to
+	done      chan struct{}    // closed by close
+}
+
+// epoch is the life of one server-side session; see session.
+type epoch struct {
+	gone  chan struct{} // closed when the epoch ends
+	cause error         // why; set before gone is closed
+}
+
+// epochError says why an epoch ended.
+type epochError struct{ msg string }
+
+func (e *epochError) Error() string { return e.msg }
+
+// Why an epoch ended.
+var (
+	errSessionExpired = &epochError{"zookeeper: the session expired"}
+	errSessionClosed  = &epochError{"zookeeper: the session was closed"}
+)
+
+// errDisconnected is an epoch's cause when the connection stayed down for a
+// whole session timeout.
+func errDisconnected(timeout time.Duration) error {
+	return &epochError{fmt.Sprintf("zookeeper: disconnected for longer than the %v session timeout, so the server may have expired the session", timeout)}
+}
+
+func (e *epoch) err() error { return e.cause }
+
+func newEpoch() *epoch { return &epoch{gone: make(chan struct{})} }
+
+// epoch returns the current epoch.
+func (s *session) epoch() *epoch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// event receives the connection's state changes (zk.WithEventCallback). It
+// runs on the client library's goroutines and must not block.
+func (s *session) event(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	var ended []*held
+	var cause error
+	s.mu.Lock()
+	switch ev.State {
+	case zk.StateHasSession:
+		id := s.grantedID.Load()
+		if s.id != 0 && id != s.id {
+			// A new session without an expiry notice first: the old one is
+			// gone all the same.
+			cause = errSessionExpired
+			ended = s.endEpochLocked(cause)
+		}
+		s.id = id
+		if s.lostTimer != nil {
+			s.lostTimer.Stop()
+			s.lostTimer = nil
+		}
+		select {
+		case <-s.connected:
+		default:
+			close(s.connected)
+		}
+	case zk.StateDisconnected:
+		if s.id != 0 && s.lostTimer == nil && !s.closed {
+			cur := s.cur
+			s.lostTimer = time.AfterFunc(s.timeout, func() { s.presumeExpired(cur) })
+		}
+	case zk.StateExpired:
+		cause = errSessionExpired
+		ended = s.endEpochLocked(cause)
+	}
+	s.mu.Unlock()
+	for _, h := range ended {
+		h.sessionEnded(cause)
+	}
+}
+
+// presumeExpired ends epoch ep when the connection has stayed down for a
+// whole session timeout since it dropped.
+func (s *session) presumeExpired(ep *epoch) {
+	s.mu.Lock()
+	if s.cur != ep || s.lostTimer == nil || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.lostTimer = nil
+	cause := errDisconnected(s.timeout)
+	ended := s.endEpochLocked(cause)
+	s.mu.Unlock()
+	for _, h := range ended {
+		h.sessionEnded(cause)
+	}
+}
+
+// endEpochLocked ends the current epoch and returns its locks, which the
+// caller tells outside the lock.
+func (s *session) endEpochLocked(cause error) []*held {
+	old := s.cur
+	old.cause = cause
+	close(old.gone)
+	s.cur = newEpoch()
+	s.id = 0
+	var ended []*held
+	for h, ep := range s.helds {
+		if ep == old {
+			ended = append(ended, h)
+			delete(s.helds, h)
+		}
+	}
+	return ended
+}
+
+// register records h as a lock of epoch ep; false if that epoch ended.
+func (s *session) register(h *held, ep *epoch) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ep != s.cur || s.closed {
+		return false
+	}
+	s.helds[h] = ep
+	return true
+}
+
+func (s *session) unregister(h *held) {
+	s.mu.Lock()
+	delete(s.helds, h)
+	s.mu.Unlock()
+}
+
+// call runs fn, a blocking request on the session's connection, and
+// returns its error; or, if ctx ends or the epoch ep ends first, that
+// error at once. fn then runs on in the background, and abandoned (if not
+// nil) runs after it with fn's error, to undo what fn may have done.
+func (s *session) call(ctx context.Context, ep *epoch, fn func() error, abandoned func(error)) error {
+	if ctx.Done() == nil {
+		// Cannot be cancelled: no goroutine. The client library fails
+		// requests itself when the connection drops.
+		return fn()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-ep.gone:
+		return ep.err()
+	default:
+	}
+	const (
+		running = iota
+		gaveUp
+		finished
+	)
+	// Whoever moves state away from running first decides where fn's
+	// outcome goes. fn's goroutine decides before it hands the outcome
+	// over, so the caller never reads an outcome that abandoned also got.
+	var state atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		err := fn()
+		if h := testHooks.Load(); h != nil && h.decide != nil {
+			h.decide()
+		}
+		if state.CompareAndSwap(running, finished) {
+			done <- err
+		} else if abandoned != nil {
+			abandoned(err)
+		}
+	}()
+	var err error
+	select {
+	case err = <-done:
+		return err
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-ep.gone:
+		err = ep.err()
+	}
+	if !state.CompareAndSwap(running, gaveUp) {
+		return <-done // fn finished just now: its outcome stands
+	}
+	return err
+}
+
+// ref counts one more user of the session.
+func (s *session) ref() {
+	s.mu.Lock()
+	s.refs++
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	s.mu.Unlock()
+}
+
+// unref counts one user fewer; the last one starts the idle timer.
+func (s *session) unref() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refs--
+	if s.refs == 0 && s.owned && !s.closed {
+		d := time.Duration(sessionIdle.Load())
+		if s.idle == nil {
+			s.idle = time.AfterFunc(d, func() { s.d.closeIdle(s) })
+		} else {
+			s.idle.Reset(d)
+		}
+	}
+}
+
+// cleanup deletes the node at path in the background, retrying until it
+// is gone or the session is closed (which removes it anyway, being
+// ephemeral). It is used where a node of ours may be left behind: an
+// abandoned or expired acquisition, an acquire whose reply was lost.
+func (s *session) cleanup(path string) {
+	s.retry(func() (bool, error) {
+		err := s.conn.Delete(path, -1)
+		return err == nil || errors.Is(err, zk.ErrNoNode), err
+	}, "delete "+path)
+}
+
+// cleanupGUID deletes, in the background, every child of parent whose name
+// carries guid: the nodes of a create whose outcome is unknown.
+func (s *session) cleanupGUID(parent, guid string) {
+	s.retry(func() (bool, error) {
+		children, _, err := s.conn.Children(parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, c := range children {
+			if n, ok := parseLockNode(c); ok && n.guid == guid {
+				if err := s.conn.Delete(parent+"/"+c, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+					return false, err
+				}
+			}
+		}
+		return true, nil
+	}, "delete the nodes of "+guid+" under "+parent)
+}
+
+func (s *session) retry(op func() (bool, error), what string) {
+	d := s.d
+	if !d.goBackground() {
+		return
+	}
+	go func() {
+		defer d.wg.Done()
+		backoff := 20 * time.Millisecond
+		for {
+			ok, err := op()
+			if ok {
+				return
+			}
+			if errors.Is(err, zk.ErrNoAuth) {
+				d.log.Warn("locker/zookeeper: cleanup not permitted; the node stays until its session ends", "op", what, "err", err)
+				return
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return
+			case <-d.done:
+				t.Stop()
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+		}
+	}()
+}
+
+// close ends the session. Its ephemeral nodes go with it.
+func (s *session) close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.done)
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	if s.lostTimer != nil {
+		s.lostTimer.Stop()
+		s.lostTimer = nil
+	}
+	ended := s.endEpochLocked(errSessionClosed)
+	s.mu.Unlock()
+	for _, h := range ended {
+		h.sessionEnded(errSessionClosed)
+	}
+	if s.owned {
+		s.conn.Close()
+	}
+}
+
+// zkLogger passes the client library's messages to the Locker's logger.
+type zkLogger struct{ log *slog.Logger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	l.log.Debug("locker/zookeeper: client: " + fmt.Sprintf(format, args...))
+}
+
+// openSession connects a new session with the given timeout and waits until
+// the server granted it. A server that grants another timeout than asked
+// (outside its range) fails the setup with ErrInvalidTTL: holding a lock
+// for a different time than the caller asked would be silently wrong.
+func (d *driver) openSession(s *session) error {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	s.wire.granted = func(timeoutMs int32, id int64) {
+		s.granted.Store(int64(timeoutMs))
+		s.grantedID.Store(id)
+	}
+	conn, _, err := zk.Connect(d.servers, s.key,
+		zk.WithDialer(s.wire.dialer(&s.dialErr)),
+		zk.WithLogger(zkLogger{d.log}),
+		zk.WithLogInfo(false),
+		zk.WithEventCallback(s.event),
+	)
+	if err != nil {
+		return fmt.Errorf("zookeeper: %w", err)
+	}
+	s.conn = conn
+	fail := func(err error) error {
+		conn.Close()
+		return err
+	}
+	select {
+	case <-s.connected:
+	case <-ctx.Done():
+		msg := fmt.Sprintf("zookeeper: no session with %v within %v", d.servers, setupTimeout)
+		if e := s.dialErr.Load(); e != nil {
+			return fail(fmt.Errorf("%s: %w", msg, *e))
+		}
+		return fail(errors.New(msg))
+	case <-d.done:
+		return fail(backend.ErrClosed)
+	}
+	granted := time.Duration(s.granted.Load()) * time.Millisecond
+	if granted != s.key {
+		r, err := probeRange(ctx, []string{conn.Server()})
+		rng := "its minSessionTimeout and maxSessionTimeout"
+		if err == nil {
+			rng = r.String()
+		}
+		return fail(fmt.Errorf("%w: ZooKeeper granted a session timeout of %v where %v was asked for; a lock's TTL is its session's timeout, and the server grants timeouts %s",
+			backend.ErrInvalidTTL, granted, s.key, rng))
+	}
+	if d.auth != nil {
+		if err := s.call(ctx, s.epoch(), func() error { return conn.AddAuth("digest", d.auth) }, nil); err != nil {
+			return fail(fmt.Errorf("zookeeper: authentication: %w", err))
+		}
+	}
+	return nil
+}

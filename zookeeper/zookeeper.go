@@ -1,0 +1,185 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/backend"
+)
+
+func init() {
+	locker.Register("zookeeper", open)
+	locker.Register("zk", open)
+}
+
+// Options configures New. The zero value is not usable: SessionTimeout is
+// required.
+type Options struct {
+	// Config is passed to locker.New. New puts WithTTL(SessionTimeout)
+	// before its Defaults.
+	Config locker.Config
+	// SessionTimeout is the timeout of the session of the connection given
+	// to New, as the server granted it (within its minSessionTimeout and
+	// maxSessionTimeout). Required: the client library does not expose it.
+	// It is the TTL of every lock of the Locker, and New refuses a value
+	// the server cannot have granted.
+	SessionTimeout time.Duration
+	// Path is the node under which locks live, created as needed.
+	// Default: /locker.
+	Path string
+	// ACL is set on every node the Locker creates. Default: open to all
+	// (zk.WorldACL(zk.PermAll)). Note that ZooKeeper checks the permission
+	// to delete a node on its parent: the key nodes' ACL is what keeps
+	// other clients from deleting lock nodes.
+	ACL []zk.ACL
+}
+
+// openTimeout bounds what New and Open check against the servers.
+const openTimeout = 5 * time.Second
+
+// New returns a Locker whose locks live in the session of c, a connection
+// the caller opened (and adds credentials to, if its ACLs need them).
+// Every lock's TTL is the session's timeout (Options.SessionTimeout);
+// other TTLs fail with ErrInvalidTTL. Locks are refreshed, released and
+// lost with that session. The Locker does not close c.
+//
+// Locks opened by URL instead get a session per distinct TTL, opened and
+// closed by the Locker, and a server-reported session expiry closes Lost
+// at once; with New, a session expiry is noticed by the next refresh.
+func New(c *zk.Conn, opts *Options) (locker.Locker, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	timeout := o.SessionTimeout.Truncate(time.Millisecond)
+	if timeout <= 0 {
+		return nil, errors.New("zookeeper: Options.SessionTimeout is required: the timeout of c's session, as the server granted it")
+	}
+	base, err := cleanBase(o.Path)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	// The server's range tells whether c's session can have this timeout,
+	// and its tick, how late the server may expire a session.
+	for c.State() != zk.StateHasSession {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("zookeeper: the connection has no session after %v (state %v)", openTimeout, c.State())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rng, err := probeRange(ctx, []string{c.Server()})
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: server unreachable: %w", err)
+	}
+	if timeout < rng.min || timeout > rng.max {
+		return nil, fmt.Errorf("%w: Options.SessionTimeout is %v, but the server grants session timeouts %s, so c's session cannot have it", locker.ErrInvalidTTL, timeout, rng)
+	}
+	d := newDriver(logger(o.Config))
+	d.base = base
+	d.acl = o.ACL
+	if d.acl == nil {
+		d.acl = zk.WorldACL(zk.PermAll)
+	}
+	s := d.newSession(timeout, false)
+	s.conn = c
+	close(s.ready)
+	close(s.connected)
+	d.fixed = s
+	d.caps = capabilities(rng, false)
+	d.caps.MinTTL, d.caps.MaxTTL = timeout, timeout
+	cfg := o.Config
+	cfg.Defaults = append([]locker.Option{locker.WithTTL(timeout)}, cfg.Defaults...)
+	return locker.New(d, &cfg), nil
+}
+
+// capabilities are what a driver over servers with session range r
+// guarantees.
+func capabilities(r sessionRange, lossSignal bool) backend.Capabilities {
+	return backend.Capabilities{
+		Fencing:       true,
+		FIFO:          true,
+		WakeOnRelease: true,
+		LossSignal:    lossSignal,
+		MinTTL:        r.min,
+		MaxTTL:        r.max,
+		// The leader expires sessions in rounds, once per tick: up to a
+		// tick after the timeout. A follower reports its clients' activity
+		// to the leader every half tick, so the leader may see the last of
+		// it half a tick late. Then the expiry is committed by a quorum and
+		// the next waiter woken and served. The tick is not visible to
+		// clients; minSessionTimeout is two ticks unless configured
+		// otherwise.
+		ExpirySlack: 3*(r.min/2)/2 + 250*time.Millisecond,
+	}
+}
+
+func logger(cfg locker.Config) *slog.Logger {
+	if cfg.Logger != nil {
+		return cfg.Logger
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// open handles zookeeper:// and zk:// URLs:
+//
+//	zookeeper://[user:password@]host:port[,host:port...][/path]
+func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
+	if err := u.CheckParams(); err != nil {
+		return nil, err
+	}
+	hosts := u.Hosts()
+	if len(hosts) == 0 {
+		return nil, errors.New("zookeeper: URL has no host: want zookeeper://host:port[,host:port...][/path]")
+	}
+	servers := make([]string, len(hosts))
+	for i, h := range hosts {
+		if h == "" {
+			return nil, fmt.Errorf("zookeeper: empty host in %q", u.Host)
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			if !strings.Contains(err.Error(), "missing port") {
+				return nil, fmt.Errorf("zookeeper: host %q: %w", h, err)
+			}
+			h = net.JoinHostPort(h, "2181")
+		}
+		servers[i] = h
+	}
+	base, err := cleanBase(u.Path)
+	if err != nil {
+		return nil, err
+	}
+	d := newDriver(logger(u.Config))
+	d.servers = servers
+	d.base = base
+	d.acl = zk.WorldACL(zk.PermAll)
+	if u.User != nil {
+		user := u.User.Username()
+		pass, ok := u.User.Password()
+		if user == "" || !ok {
+			return nil, errors.New("zookeeper: credentials must be user:password (digest authentication)")
+		}
+		d.auth = []byte(user + ":" + pass)
+		// Others may read the queue, but only holders of the credentials
+		// may queue, and delete nodes (which ZooKeeper checks on the parent).
+		d.acl = append(zk.DigestACL(zk.PermAll, user, pass), zk.WorldACL(zk.PermRead)...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	rng, err := probeRange(ctx, servers)
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: server unreachable: %w", err)
+	}
+	d.caps = capabilities(rng, true)
+	return locker.New(d, &u.Config), nil
+}

@@ -1,0 +1,1440 @@
+package zookeeper_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/conformance"
+	"github.com/distlock/locker/internal/testenv"
+	"github.com/distlock/locker/zookeeper"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestConformance runs the suite against the standalone server. Each
+// client reaches it through its own proxy, so the crashed-holder cases cut
+// a client off without closing its session: its locks move on only when
+// the server expires the session.
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.ZooKeeperURL)))
+}
+
+// TestConformanceEnsemble runs the suite against the three-member ensemble,
+// where most clients talk to followers and every write goes through the
+// leader.
+func TestConformanceEnsemble(t *testing.T) {
+	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.ZooKeeperEnsembleURL)))
+}
+
+// --- helpers ---
+
+func hostsOf(t testing.TB, raw string) []string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(u.Host, ",")
+}
+
+// uniq returns a name no other test run uses.
+func uniq(prefix string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+
+// dial opens a plain client connection for looking at the server's
+// nodes directly, and waits for its session.
+func dial(t testing.TB, servers []string, timeout time.Duration) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect(servers, timeout, zk.WithLogger(nopLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	deadline := time.Now().Add(10 * time.Second)
+	for c.State() != zk.StateHasSession {
+		if time.Now().After(deadline) {
+			t.Fatalf("no session with %v", servers)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return c
+}
+
+func open(t testing.TB, raw string) locker.Locker {
+	t.Helper()
+	l, err := locker.Open(context.Background(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// lockNodes returns the lock nodes queued for key under base, in queue
+// order.
+func lockNodes(t testing.TB, c *zk.Conn, base, key string) []string {
+	t.Helper()
+	children, _, err := c.Children(base + "/" + zookeeper.EncodeKey(key))
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(children, func(a, b string) int { return strings.Compare(seqOf(a), seqOf(b)) })
+	return children
+}
+
+func seqOf(name string) string { return name[strings.LastIndex(name, "-")+1:] }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// --- the recipe, seen from the server ---
+
+// TestNodes checks what an acquisition leaves on the server: one ephemeral
+// node, whose czxid is the fence, under the key's node; and nothing under
+// it after Release.
+func TestNodes(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	base := "/" + uniq("nodes")
+	l := open(t, raw+base)
+	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	ctx := context.Background()
+	key := "orders/42"
+	var last uint64
+	for i := range 3 {
+		lk, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes := lockNodes(t, c, base, key)
+		if len(nodes) != 1 {
+			t.Fatalf("round %d: %d lock nodes %v, want 1", i, len(nodes), nodes)
+		}
+		_, st, err := c.Get(base + "/" + zookeeper.EncodeKey(key) + "/" + nodes[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.EphemeralOwner == 0 {
+			t.Errorf("lock node is not ephemeral")
+		}
+		f, ok := lk.Fence()
+		if !ok || f != uint64(st.Czxid) {
+			t.Errorf("Fence() = %d, %v; want the node's czxid %d", f, ok, st.Czxid)
+		}
+		if f <= last {
+			t.Errorf("fence %d after %d", f, last)
+		}
+		last = f
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if nodes := lockNodes(t, c, base, key); len(nodes) != 0 {
+			t.Fatalf("round %d: Release left %v", i, nodes)
+		}
+	}
+}
+
+// TestKeyEncoding: every key maps to one valid znode name of its own, and
+// back; the server accepts every one of them.
+func TestKeyEncoding(t *testing.T) {
+	keys := []string{
+		"a", "A", "orders/42", "orders%2F42", "/leading", "trailing/", "//", ".", "..", "...",
+		"zookeeper", "with space", "ключ/鍵/🔒", "nul\x00byte", "\xff\xfe not utf-8", "%", "%25",
+		"k-x", "_c_", "tab\there", "new\nline", "\u0085\u00a0", "\uf000\ufff0\uffff",
+		strings.Repeat("m", 1024), strings.Repeat("/", 1024), strings.Repeat("é", 512),
+	}
+	seen := map[string]string{}
+	for _, k := range keys {
+		n := zookeeper.EncodeKey(k)
+		if prev, dup := seen[n]; dup {
+			t.Errorf("keys %q and %q both encode to %q", prev, k, n)
+		}
+		seen[n] = k
+		if strings.ContainsAny(n, "/\x00") || n == "." || n == ".." || n == "zookeeper" {
+			t.Errorf("EncodeKey(%q) = %q, not a valid node name", k, n)
+		}
+		for _, r := range n {
+			if r < 0x21 || r > 0x7e {
+				t.Errorf("EncodeKey(%q) = %q contains %U", k, n, r)
+				break
+			}
+		}
+		if back, err := zookeeper.DecodeKey(n); err != nil || back != k {
+			t.Errorf("DecodeKey(EncodeKey(%q)) = %q, %v", k, back, err)
+		}
+	}
+
+	// The server takes every one, each as a node of its own.
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	base := "/" + uniq("keys")
+	l := open(t, raw+base)
+	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	ctx := context.Background()
+	var held []locker.Lock
+	for _, k := range keys {
+		lk, err := l.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatalf("TryAcquire(%q): %v", k, err)
+		}
+		held = append(held, lk)
+	}
+	names, _, err := c.Children(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !slices.Contains(names, zookeeper.EncodeKey(k)) {
+			t.Errorf("no node %q for key %q under %s", zookeeper.EncodeKey(k), k, base)
+		}
+	}
+	if len(names) != len(keys) {
+		t.Errorf("%d key nodes for %d keys", len(names), len(keys))
+	}
+	for _, lk := range held {
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCancelledAcquireRemovesNode: a waiter whose context ends takes its
+// node out of the queue before Acquire returns.
+func TestCancelledAcquireRemovesNode(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	base := "/" + uniq("cancel")
+	a, b := open(t, raw+base), open(t, raw+base)
+	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	ctx := context.Background()
+	key := "k"
+	lk, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := lockNodes(t, c, base, key)
+	for _, how := range []string{"cancel", "deadline"} {
+		var wctx context.Context
+		var cancel context.CancelFunc
+		if how == "cancel" {
+			wctx, cancel = context.WithCancel(ctx)
+		} else {
+			wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			lk, err := b.Acquire(wctx, key)
+			if err == nil {
+				lk.Release(ctx)
+			}
+			errc <- err
+		}()
+		waitFor(t, 5*time.Second, "the waiter queued", func() bool { return len(lockNodes(t, c, base, key)) == 2 })
+		if how == "cancel" {
+			cancel()
+		}
+		err := <-errc
+		cancel()
+		if want := map[string]error{"cancel": context.Canceled, "deadline": context.DeadlineExceeded}[how]; !errors.Is(err, want) {
+			t.Fatalf("%s: Acquire = %v, want %v", how, err, want)
+		}
+		if nodes := lockNodes(t, c, base, key); !slices.Equal(nodes, holder) {
+			t.Fatalf("%s: after the waiter returned the queue is %v, want only the holder's %v", how, nodes, holder)
+		}
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoHerd: each waiter watches only the node just before its own, so a
+// release wakes exactly one waiter, and waiters get the lock in the order
+// they queued. The watches are read back from the servers ('wchp'), on the
+// ensemble, whose members allow that command.
+func TestNoHerd(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperEnsembleURL)
+	base := "/" + uniq("herd")
+	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	ctx := context.Background()
+	key := "k"
+	keyPath := base + "/" + zookeeper.EncodeKey(key)
+
+	var mu sync.Mutex
+	watched := map[string]string{} // waiter's node -> the node it watches
+	listings := map[string]int{}   // waiter's node -> queue listings
+	zookeeper.SetHooks(t, zookeeper.Hooks{
+		Watching: func(self, pred string) {
+			mu.Lock()
+			watched[self] = pred
+			mu.Unlock()
+		},
+		Listed: func(self string, _ int) {
+			mu.Lock()
+			listings[self]++
+			mu.Unlock()
+		},
+	})
+
+	holder := open(t, raw+base)
+	lk, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 6
+	type grant struct {
+		i  int
+		lk locker.Lock
+	}
+	grants := make(chan grant, waiters)
+	for i := range waiters {
+		l := open(t, raw+base)
+		go func() {
+			lk, err := l.Acquire(ctx, key)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			grants <- grant{i, lk}
+		}()
+		// Queue them one after another, so the queue order is known.
+		waitFor(t, 5*time.Second, "waiter queued", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(watched) == i+1
+		})
+	}
+	queue := lockNodes(t, c, base, key)
+	if len(queue) != waiters+1 {
+		t.Fatalf("queue %v, want %d nodes", queue, waiters+1)
+	}
+	mu.Lock()
+	for i := 1; i < len(queue); i++ {
+		self, pred := keyPath+"/"+queue[i], keyPath+"/"+queue[i-1]
+		if watched[self] != pred {
+			t.Errorf("waiter %s watches %q, want its predecessor %q", queue[i], watched[self], pred)
+		}
+	}
+	mu.Unlock()
+
+	// What the servers say: one watch per lock node but the last, each
+	// from one session.
+	watches := serverWatches(t, hostsOf(t, raw), keyPath+"/")
+	for i, n := range queue {
+		sessions := watches[keyPath+"/"+n]
+		want := 1
+		if i == len(queue)-1 {
+			want = 0
+		}
+		if len(sessions) != want {
+			t.Errorf("node %s is watched by %d sessions %v, want %d", n, len(sessions), sessions, want)
+		}
+	}
+	if len(watches) != waiters {
+		t.Errorf("%d watched nodes under the key, want %d: %v", len(watches), waiters, watches)
+	}
+
+	// Hand the lock down the queue: each release wakes one waiter, the next.
+	for i := range waiters {
+		mu.Lock()
+		before := copyCounts(listings)
+		mu.Unlock()
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var g grant
+		select {
+		case g = <-grants:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("release %d woke no waiter", i)
+		}
+		if g.i != i {
+			t.Errorf("release %d: waiter %d got the lock, want %d (queue order)", i, g.i, i)
+		}
+		time.Sleep(50 * time.Millisecond) // time for a herd to show itself
+		mu.Lock()
+		for self, n := range listings {
+			if self != keyPath+"/"+queue[i+1] && n != before[self] {
+				t.Errorf("release %d: waiter %s, not next in line, looked at the queue again", i, self)
+			}
+		}
+		mu.Unlock()
+		lk = g.lk
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func copyCounts(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// serverWatches asks every server for its watches by path ('wchp') and
+// returns those under prefix, with the sessions that set them.
+func serverWatches(t testing.TB, servers []string, prefix string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, s := range servers {
+		text := fourLetter(t, s, "wchp")
+		if strings.Contains(text, "not in the whitelist") {
+			t.Fatalf("%s does not allow wchp: %s", s, text)
+		}
+		var path string
+		for _, line := range strings.Split(text, "\n") {
+			switch {
+			case strings.HasPrefix(line, "/"):
+				path = line
+			case strings.HasPrefix(strings.TrimSpace(line), "0x") && strings.HasPrefix(path, prefix):
+				out[path] = append(out[path], strings.TrimSpace(line))
+			}
+		}
+	}
+	return out
+}
+
+func fourLetter(t testing.TB, server, word string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", server, 2*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", word, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(word)); err != nil {
+		t.Fatalf("%s: %v", word, err)
+	}
+	var b strings.Builder
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	return b.String()
+}
+
+// TestHandoffStress hands one key around three Lockers for a few seconds,
+// through contexts that can be cancelled (so each request runs on a
+// goroutine of its own, whose outcome must reach the caller and nothing
+// else): every Release finds its node, holders never overlap, and fences
+// strictly increase. A longer run of this kind found a race in which a
+// create whose reply had reached the caller was also undone, deleting a
+// held lock's node; TestCallOutcome reproduces that one deterministically.
+func TestHandoffStress(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	base := raw + "/" + uniq("stress")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		inside  int
+		last    uint64
+		rounds  int
+		lockers []locker.Locker
+	)
+	for range 3 {
+		lockers = append(lockers, open(t, base))
+	}
+	for w, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lk, err := l.Acquire(ctx, "k", locker.WithAutoRefresh(false))
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("waiter %d: Acquire: %v", w, err)
+					}
+					return
+				}
+				f, _ := lk.Fence()
+				mu.Lock()
+				inside++
+				if inside > 1 {
+					t.Errorf("waiter %d: two holders at once", w)
+				}
+				if f <= last {
+					t.Errorf("waiter %d: fence %d after %d", w, f, last)
+				}
+				last = f
+				rounds++
+				inside--
+				mu.Unlock()
+				rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err = lk.Release(rctx)
+				rcancel()
+				if err != nil {
+					t.Errorf("waiter %d: Release of a held lock: %v", w, err)
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d acquisitions", rounds)
+}
+
+// TestLostReplyFoundAgain provokes the case the protected create exists
+// for: the create reaches the server and is applied, and the connection
+// drops before the reply comes back. The acquisition must find its node
+// again by its guid (the session survives the drop) rather than create a
+// second one, which would stay queued and block the key for as long as the
+// session lives.
+func TestLostReplyFoundAgain(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	p, err := conformance.NewProxy(hostsOf(t, raw)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	base := "/" + uniq("lostreply")
+	l := open(t, "zookeeper://"+p.Addr()+base)
+	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	ctx := context.Background()
+	ttl := locker.WithTTL(10 * time.Second) // the session outlives the drop
+	// Open the session and create the key's node, so that the create
+	// below is the only request in flight.
+	warm, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const lat = 150 * time.Millisecond // each way
+	sent := make(chan struct{}, 1)
+	recovered := make(chan string, 1)
+	zookeeper.SetHooks(t, zookeeper.Hooks{
+		BeforeCreate: func(prefix string) {
+			if strings.Contains(prefix, zookeeper.EncodeKey("k")+"/") {
+				select {
+				case sent <- struct{}{}:
+				default:
+				}
+			}
+		},
+		Recovered: func(path string) { recovered <- path },
+	})
+	p.SetLatency(lat)
+	type result struct {
+		lk  locker.Lock
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		lk, err := l.TryAcquire(ctx, "k", ttl)
+		done <- result{lk, err}
+	}()
+	<-sent
+	// The request reaches the server after lat, its reply the client
+	// after 2*lat: cut in between.
+	time.Sleep(lat * 3 / 2)
+	p.Cut()
+	p.SetLatency(0)
+	p.Restore()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("TryAcquire across a lost create reply: %v", r.err)
+	}
+	defer r.lk.Release(ctx)
+	var path string
+	select {
+	case path = <-recovered:
+	default:
+		t.Fatal("the create's reply was not lost (the timing missed); nothing was tested")
+	}
+	nodes := lockNodes(t, c, base, "k")
+	if len(nodes) != 1 || !strings.HasSuffix(path, "/"+nodes[0]) {
+		t.Fatalf("queue %v after the recovered create of %s: want exactly that node", nodes, path)
+	}
+}
+
+// TestLostBeforeExpiry: a holder cut off from the server closes Lost
+// before the server expires its session and the next waiter gets the lock.
+func TestLostBeforeExpiry(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	p, err := conformance.NewProxy(hostsOf(t, raw)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	base := "/" + uniq("lost")
+	a := open(t, "zookeeper://"+p.Addr()+base)
+	b := open(t, raw+base)
+	ctx := context.Background()
+	ttl := 2 * time.Second
+	lk, err := a.Acquire(ctx, "k", locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		lk, err := b.Acquire(ctx, "k", locker.WithTTL(ttl))
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		lk.Release(ctx)
+	}()
+	time.Sleep(ttl) // a few refreshes
+	if isClosed(lk.Lost()) {
+		t.Fatal("Lost closed while connected")
+	}
+	cut := time.Now()
+	p.Cut()
+	var lost time.Time
+	select {
+	case <-lk.Lost():
+		lost = time.Now()
+	case <-time.After(3 * ttl):
+		t.Fatalf("Lost still open %v after the holder was cut off (TTL %v)", 3*ttl, ttl)
+	}
+	at, ok := <-got
+	if !ok {
+		return
+	}
+	if !lost.Before(at) {
+		t.Fatalf("the next holder got the lock %v after the cut, the cut-off holder's Lost closed only %v after it", at.Sub(cut), lost.Sub(cut))
+	}
+	t.Logf("cut-off holder's Lost after %v, next holder after %v", lost.Sub(cut).Round(time.Millisecond), at.Sub(cut).Round(time.Millisecond))
+	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Errorf("Release by the cut-off holder = %v, want ErrNotHeld", err)
+	}
+}
+
+// TestSessionExpiredRecovers: after the server expired its session, a
+// Locker reports its old locks gone and takes new ones in a new session.
+func TestSessionExpiredRecovers(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	p, err := conformance.NewProxy(hostsOf(t, raw)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	base := "/" + uniq("expired")
+	a := open(t, "zookeeper://"+p.Addr()+base)
+	b := open(t, raw+base)
+	ctx := context.Background()
+	ttl := locker.WithTTL(time.Second)
+	lk, err := a.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cut()
+	lkB, err := b.Acquire(ctx, "k", ttl) // once the session expired
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Restore()
+	if !isClosed(lk.Lost()) {
+		t.Error("Lost open although the session expired and another client holds the key")
+	}
+	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Errorf("Release after expiry = %v, want ErrNotHeld", err)
+	}
+	if _, err := a.TryAcquire(ctx, "k", ttl); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("TryAcquire of the key B holds = %v, want ErrNotAcquired", err)
+	}
+	lk2, err := a.Acquire(ctx, "other", ttl)
+	if err != nil {
+		t.Fatalf("Acquire after the session expired: %v", err)
+	}
+	lk2.Release(ctx)
+	lkB.Release(ctx)
+}
+
+// TestCutOffWaiterGivesUp: a waiter cut off from the server gives up once
+// its session may have expired (its node then goes with the session), and
+// says so; it does not wait for its context.
+func TestCutOffWaiterGivesUp(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	p, err := conformance.NewProxy(hostsOf(t, raw)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	base := "/" + uniq("cutoff")
+	a, b := open(t, raw+base), open(t, "zookeeper://"+p.Addr()+base)
+	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	ctx := context.Background()
+	lk, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	go func() {
+		_, err := b.Acquire(wctx, "k", locker.WithTTL(time.Second))
+		errc <- err
+	}()
+	waitFor(t, 5*time.Second, "the waiter queued", func() bool { return len(lockNodes(t, c, base, "k")) == 2 })
+	cut := time.Now()
+	p.Cut()
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cut-off waiter was still waiting 10s after the cut, with a 1s session")
+	}
+	if err == nil || !strings.Contains(err.Error(), "disconnected for longer than the 1s session timeout") {
+		t.Fatalf("Acquire of a cut-off waiter = %v, want an error saying the session may have expired", err)
+	}
+	t.Logf("gave up %v after the cut", time.Since(cut).Round(time.Millisecond))
+	waitFor(t, 5*time.Second, "the cut-off waiter's node gone with its session", func() bool { return len(lockNodes(t, c, base, "k")) == 1 })
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSessionPerTTL: locks with the same TTL share a session, locks with
+// another TTL get one of their own, and a session that holds nothing is
+// closed after a while and opened again when needed.
+func TestSessionPerTTL(t *testing.T) {
+	zookeeper.SetSessionIdle(t, 300*time.Millisecond)
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	base := "/" + uniq("sessions")
+	l := open(t, raw+base)
+	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	ctx := context.Background()
+	owner := func(key string) int64 {
+		t.Helper()
+		nodes := lockNodes(t, c, base, key)
+		if len(nodes) != 1 {
+			t.Fatalf("queue of %q: %v", key, nodes)
+		}
+		_, st, err := c.Get(base + "/" + zookeeper.EncodeKey(key) + "/" + nodes[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.EphemeralOwner
+	}
+	var held []locker.Lock
+	for _, k := range []struct {
+		key string
+		ttl time.Duration
+	}{{"a", 2 * time.Second}, {"b", 3 * time.Second}, {"c", 2 * time.Second}} {
+		lk, err := l.Acquire(ctx, k.key, locker.WithTTL(k.ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, lk)
+	}
+	a, b, cc := owner("a"), owner("b"), owner("c")
+	if a != cc || a == b {
+		t.Fatalf("sessions: a %#x, b %#x, c %#x; want a and c (2s) to share one, b (3s) its own", a, b, cc)
+	}
+	if !serverHas(t, hostsOf(t, raw)[0], a) || !serverHas(t, hostsOf(t, raw)[0], b) {
+		t.Fatal("the server does not list the sessions")
+	}
+	for _, lk := range held {
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "idle sessions closed", func() bool {
+		return !serverHas(t, hostsOf(t, raw)[0], a) && !serverHas(t, hostsOf(t, raw)[0], b)
+	})
+	lk, err := l.Acquire(ctx, "a", locker.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after the session was closed: %v", err)
+	}
+	if o := owner("a"); o == a {
+		t.Errorf("a closed session %#x still owns the new lock", o)
+	}
+	lk.Release(ctx)
+}
+
+// serverHas reports whether the server lists session id among its
+// connections ('cons').
+func serverHas(t testing.TB, server string, id int64) bool {
+	return strings.Contains(fourLetter(t, server, "cons"), fmt.Sprintf("sid=0x%x", id))
+}
+
+// TestRefreshToNewTTL: Refresh with another TTL moves the lock to the
+// session with that timeout, keeping its place: the waiter behind it still
+// waits, and gets it on release.
+func TestRefreshToNewTTL(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	base := "/" + uniq("move")
+	a, b := open(t, raw+base), open(t, raw+base)
+	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	ctx := context.Background()
+	lk, err := a.Acquire(ctx, "k", locker.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence, _ := lk.Fence()
+	path := base + "/" + zookeeper.EncodeKey("k") + "/" + lockNodes(t, c, base, "k")[0]
+	_, st1, err := c.Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan locker.Lock, 1)
+	go func() {
+		lk, err := b.Acquire(ctx, "k")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(lockNodes(t, c, base, "k")) == 2 })
+	if err := lk.Refresh(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, st2, err := c.Get(path)
+	if err != nil {
+		t.Fatalf("the lock node after the move: %v", err)
+	}
+	if st2.EphemeralOwner == st1.EphemeralOwner {
+		t.Error("the lock node stayed in the 2s session")
+	}
+	if d, err := lk.TTL(ctx); err != nil || d <= 2*time.Second {
+		t.Errorf("TTL() after Refresh(5s) = %v, %v", d, err)
+	}
+	if f, _ := lk.Fence(); f != fence {
+		t.Errorf("fence changed from %d to %d", fence, f)
+	}
+	select {
+	case <-got:
+		t.Fatal("the waiter got the lock when it moved")
+	case <-time.After(3 * time.Second): // past the old TTL, too
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lkB := <-got:
+		if lkB == nil {
+			return
+		}
+		if f, _ := lkB.Fence(); f <= fence {
+			t.Errorf("next fence %d not above %d", f, fence)
+		}
+		lkB.Release(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+}
+
+// TestACL: with credentials in the URL, the nodes carry a digest ACL: a
+// client without them can read the queue but neither queue nor delete a
+// lock node.
+func TestACL(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	host := hostsOf(t, raw)[0]
+	base := "/" + uniq("acl")
+	owner := open(t, "zookeeper://locker:s3cret@"+host+base)
+	ctx := context.Background()
+	lk, err := owner.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(ctx)
+
+	c := dial(t, []string{host}, 10*time.Second) // no credentials
+	keyPath := base + "/" + zookeeper.EncodeKey("k")
+	nodes := lockNodes(t, c, base, "k") // reading is allowed
+	if len(nodes) != 1 {
+		t.Fatalf("queue %v", nodes)
+	}
+	// The server shows digests only to clients with the credentials.
+	authed := dial(t, []string{host}, 10*time.Second)
+	if err := authed.AddAuth("digest", []byte("locker:s3cret")); err != nil {
+		t.Fatal(err)
+	}
+	want := append(zk.DigestACL(zk.PermAll, "locker", "s3cret"), zk.WorldACL(zk.PermRead)...)
+	for _, p := range []string{base, keyPath, keyPath + "/" + nodes[0]} {
+		acl, _, err := authed.GetACL(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(acl, want) {
+			t.Errorf("ACL of %s = %v, want %v", p, acl, want)
+		}
+	}
+	if err := c.Delete(keyPath+"/"+nodes[0], -1); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("delete of the lock node without credentials = %v, want ErrNoAuth", err)
+	}
+	if _, err := c.Create(keyPath+"/intruder", nil, 0, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("create under the key without credentials = %v, want ErrNoAuth", err)
+	}
+
+	for _, u := range []string{"zookeeper://" + host + base, "zookeeper://locker:wrong@" + host + base} {
+		l := open(t, u)
+		_, err := l.TryAcquire(ctx, "k")
+		if err == nil || errors.Is(err, locker.ErrNotAcquired) || !strings.Contains(err.Error(), "not permitted") {
+			t.Errorf("%s: TryAcquire = %v, want a permission error", u, err)
+		}
+	}
+	same := open(t, "zookeeper://locker:s3cret@"+host+base)
+	if _, err := same.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("with the same credentials: TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk2, err := same.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk2.Release(ctx)
+}
+
+// TestNew: a Locker over the caller's own connection, whose session holds
+// every lock; the connection stays open after Close.
+func TestNew(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	c := dial(t, hostsOf(t, raw), 5*time.Second)
+	base := "/" + uniq("new")
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		opts *zookeeper.Options
+		want string
+	}{
+		{nil, "SessionTimeout is required"},
+		{&zookeeper.Options{SessionTimeout: 500 * time.Millisecond}, "cannot have it"},
+		{&zookeeper.Options{SessionTimeout: 5 * time.Second, Path: "/a//b"}, "empty element"},
+	} {
+		if _, err := zookeeper.New(c, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.opts, err, tc.want)
+		}
+	}
+	_, err := zookeeper.New(c, &zookeeper.Options{SessionTimeout: 500 * time.Millisecond})
+	if !errors.Is(err, locker.ErrInvalidTTL) || !strings.Contains(err.Error(), "from 1s to 2m0s") {
+		t.Errorf("New with an impossible SessionTimeout = %v, want ErrInvalidTTL naming the server's range", err)
+	}
+
+	l, err := zookeeper.New(c, &zookeeper.Options{SessionTimeout: 5 * time.Second, Path: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps := l.Capabilities(); caps.MinTTL != 5*time.Second || caps.MaxTTL != 5*time.Second || caps.LossSignal {
+		t.Errorf("Capabilities = %+v", caps)
+	}
+	lk, err := l.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := lk.TTL(ctx); err != nil || d > 5*time.Second || d < 4*time.Second {
+		t.Errorf("TTL() = %v, %v; want the session timeout, 5s", d, err)
+	}
+	nodes := lockNodes(t, c, base, "k")
+	_, st, err := c.Get(base + "/" + zookeeper.EncodeKey("k") + "/" + nodes[0])
+	if err != nil || st.EphemeralOwner != c.SessionID() {
+		t.Errorf("lock node owner %#x, want the given connection's session %#x (%v)", st.EphemeralOwner, c.SessionID(), err)
+	}
+	if _, err := l.Acquire(ctx, "other", locker.WithTTL(10*time.Second)); !errors.Is(err, locker.ErrInvalidTTL) {
+		t.Errorf("Acquire with another TTL = %v, want ErrInvalidTTL", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(lk.Lost()) {
+		t.Error("Close left the lock open")
+	}
+	if nodes := lockNodes(t, c, base, "k"); len(nodes) != 0 {
+		t.Errorf("Close left %v", nodes)
+	}
+	if c.State() != zk.StateHasSession {
+		t.Errorf("the Locker closed the caller's connection: state %v", c.State())
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct{ url, want string }{
+		{"zookeeper://", "no host"},
+		{"zk:///locks", "no host"},
+		{"zookeeper://127.0.0.1:2181,,127.0.0.1:2182", "empty host"},
+		{"zookeeper://127.0.0.1:2181/a//b", "empty element"},
+		{"zookeeper://127.0.0.1:2181/a/../b", `".." element`},
+		{"zookeeper://127.0.0.1:2181/zookeeper/x", "reserved"},
+		{"zookeeper://127.0.0.1:2181?colour=red", `"colour"`},
+		{"zookeeper://user@127.0.0.1:2181", "user:password"},
+		{"zookeeper://127.0.0.1:2181?ttl=0s", "ttl"},
+		{"zookeeper://" + closedPort, "unreachable"},
+		{"zookeeper://" + closedPort, "refused"},
+	} {
+		l, err := locker.Open(ctx, tc.url)
+		if err == nil {
+			l.Close()
+			t.Errorf("Open(%q) succeeded", tc.url)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%q) = %v, want an error containing %q", tc.url, err, tc.want)
+		}
+	}
+}
+
+// TestURL: both schemes, the path as base node, a default port, and the
+// server's session range as the TTL bounds.
+func TestURL(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	host := hostsOf(t, raw)[0]
+	c := dial(t, []string{host}, 10*time.Second)
+	ctx := context.Background()
+	for _, scheme := range []string{"zookeeper", "zk"} {
+		base := "/" + uniq(scheme) + "/nested"
+		l := open(t, scheme+"://"+host+base+"?ttl=3s&prefix=app/")
+		caps := l.Capabilities()
+		if caps.MinTTL != time.Second || caps.MaxTTL != 2*time.Minute || !caps.Fencing || !caps.FIFO || !caps.LossSignal {
+			t.Errorf("%s: Capabilities = %+v, want MinTTL 1s and MaxTTL 2m from the server", scheme, caps)
+		}
+		lk, err := l.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := lk.TTL(ctx); err != nil || d > 3*time.Second || d < 2*time.Second {
+			t.Errorf("%s: TTL() = %v, %v; want the URL's 3s", scheme, d, err)
+		}
+		if nodes := lockNodes(t, c, base, "app/k"); len(nodes) != 1 {
+			t.Errorf("%s: no lock node for app/k under %s: %v", scheme, base, nodes)
+		}
+		if _, err := l.Acquire(ctx, "k2", locker.WithTTL(500*time.Millisecond)); !errors.Is(err, locker.ErrInvalidTTL) {
+			t.Errorf("%s: TTL below the server's minSessionTimeout: %v, want ErrInvalidTTL", scheme, err)
+		}
+		lk.Release(ctx)
+	}
+	// No port: ZooKeeper's default, 2181. Either a server answers there,
+	// or the error names the address tried.
+	l, err := locker.Open(ctx, "zookeeper://127.0.0.1/x")
+	if err == nil {
+		l.Close()
+	} else if !strings.Contains(err.Error(), "127.0.0.1:2181") {
+		t.Errorf("Open without a port = %v, want an attempt on port 2181", err)
+	}
+}
+
+// --- a private server, for changing its settings ---
+
+// zkServer is a standalone ZooKeeper the test starts and restarts with
+// other settings, keeping its data.
+type zkServer struct {
+	t     *testing.T
+	dir   string
+	addr  string
+	flags []string // extra JVM flags
+	cmd   *exec.Cmd
+}
+
+func startZK(t *testing.T, minTimeout, maxTimeout time.Duration, flags ...string) *zkServer {
+	t.Helper()
+	testenv.Get(t, testenv.ZooKeeperURL) // the servers-required policy applies
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s := &zkServer{t: t, dir: t.TempDir(), addr: addr, flags: flags}
+	s.start(minTimeout, maxTimeout)
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *zkServer) start(minTimeout, maxTimeout time.Duration) {
+	s.t.Helper()
+	_, port, _ := net.SplitHostPort(s.addr)
+	cfg := fmt.Sprintf("tickTime=500\ndataDir=%s/data\nclientPort=%s\nclientPortAddress=127.0.0.1\n"+
+		"minSessionTimeout=%d\nmaxSessionTimeout=%d\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\nforceSync=no\n",
+		s.dir, port, minTimeout.Milliseconds(), maxTimeout.Milliseconds())
+	if err := os.WriteFile(filepath.Join(s.dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	logf, err := os.OpenFile(filepath.Join(s.dir, "zookeeper.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer logf.Close()
+	args := append([]string{"-Xmx128m", "-XX:+UseSerialGC"}, s.flags...)
+	args = append(args, "-cp", testenv.Get(s.t, testenv.ZKClasspath),
+		"org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(s.dir, "zoo.cfg"))
+	s.cmd = exec.Command("java", args...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start ZooKeeper: %v", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !serving(s.addr, "standalone") {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("ZooKeeper on %s did not start (log in %s)", s.addr, s.dir)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *zkServer) stop() {
+	if s.cmd != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// serving reports whether the server at addr answers 'srvr' in one of the
+// modes given.
+func serving(addr string, modes ...string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("srvr")); err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if mode, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
+			return slices.Contains(modes, mode)
+		}
+	}
+	return false
+}
+
+// TestSessionTimeoutMismatch: when the server grants a session timeout
+// other than the TTL asked for, the acquisition fails with ErrInvalidTTL
+// naming the server's range, instead of holding a lock for another time.
+// The Locker learned the range when it opened; the server is then
+// restarted with a narrower one.
+func TestSessionTimeoutMismatch(t *testing.T) {
+	s := startZK(t, time.Second, 4*time.Second)
+	ctx := context.Background()
+	l := open(t, "zookeeper://"+s.addr)
+	if caps := l.Capabilities(); caps.MinTTL != time.Second || caps.MaxTTL != 4*time.Second {
+		t.Fatalf("Capabilities = %+v, want the server's range 1s..4s", caps)
+	}
+	lk, err := l.Acquire(ctx, "k", locker.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk.Release(ctx)
+
+	s.stop()
+	s.start(2*time.Second, 2500*time.Millisecond)
+	for _, tc := range []struct {
+		ttl     time.Duration
+		granted string
+	}{{3500 * time.Millisecond, "2.5s"}, {1500 * time.Millisecond, "2s"}} {
+		_, err = l.Acquire(ctx, "k", locker.WithTTL(tc.ttl))
+		if !errors.Is(err, locker.ErrInvalidTTL) {
+			t.Fatalf("TTL %v: Acquire = %v, want ErrInvalidTTL", tc.ttl, err)
+		}
+		for _, want := range []string{"granted a session timeout of " + tc.granted, tc.ttl.String() + " was asked for", "from 2s to 2.5s"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("TTL %v: error %q does not say %q", tc.ttl, err, want)
+			}
+		}
+	}
+	// A TTL the server still grants works.
+	lk, err = l.Acquire(ctx, "k", locker.WithTTL(2200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk.Release(ctx)
+}
+
+// TestKeysDoNotAccumulate: key nodes (and the base node) are containers,
+// which the server deletes once their last child is gone. The server
+// checks every 200 ms here instead of every minute.
+func TestKeysDoNotAccumulate(t *testing.T) {
+	s := startZK(t, time.Second, time.Minute, "-Dznode.container.checkIntervalMs=200")
+	ctx := context.Background()
+	l := open(t, "zookeeper://"+s.addr+"/app/locks")
+	c := dial(t, []string{s.addr}, 10*time.Second)
+	for _, k := range []string{"a", "b/c"} {
+		lk, err := l.Acquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, _, err := c.Exists("/app/locks/" + zookeeper.EncodeKey(k)); !ok || err != nil {
+			t.Fatalf("no key node for %q while held: %v", k, err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "empty key and base nodes collected", func() bool {
+		ok, _, err := c.Exists("/app")
+		return err == nil && !ok
+	})
+	// And they come back when needed.
+	lk, err := l.Acquire(ctx, "a")
+	if err != nil {
+		t.Fatalf("Acquire after the nodes were collected: %v", err)
+	}
+	lk.Release(ctx)
+}
+
+// --- the ensemble ---
+
+// member is one member of the ensemble scripts/services.sh started.
+type member struct {
+	dir     string // holds zoo.cfg and the run script
+	pidfile string
+	addr    string // client address
+}
+
+func ensemble(t *testing.T) []member {
+	t.Helper()
+	dir := testenv.Get(t, testenv.ServicesDir)
+	cfgs, _ := filepath.Glob(filepath.Join(dir, "zk-ensemble-*", "zoo.cfg"))
+	if len(cfgs) != 3 {
+		t.Fatalf("found %d ensemble members under %s, want 3", len(cfgs), dir)
+	}
+	var ms []member
+	for _, cfg := range cfgs {
+		b, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var host, port string
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "clientPort="); ok {
+				port = v
+			}
+			if v, ok := strings.CutPrefix(line, "clientPortAddress="); ok {
+				host = v
+			}
+		}
+		d := filepath.Dir(cfg)
+		ms = append(ms, member{dir: d, pidfile: filepath.Join(dir, filepath.Base(d)+".pid"), addr: net.JoinHostPort(host, port)})
+	}
+	return ms
+}
+
+// healthy waits until every member serves as leader or follower, with one
+// leader among them, and returns the leader.
+func healthy(t *testing.T, ms []member, within time.Duration) member {
+	t.Helper()
+	var leader member
+	waitFor(t, within, "ensemble healthy", func() bool {
+		leaders := 0
+		for _, m := range ms {
+			switch {
+			case serving(m.addr, "leader"):
+				leaders++
+				leader = m
+			case serving(m.addr, "follower"):
+			default:
+				return false
+			}
+		}
+		return leaders == 1
+	})
+	return leader
+}
+
+// kill stops m as a crash would, and waits until its port is closed.
+func (m member) kill(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(m.pidfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %d: %v", pid, err)
+	}
+	waitFor(t, 10*time.Second, "killed member's port closed", func() bool {
+		c, err := net.DialTimeout("tcp", m.addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+}
+
+// restart starts m again with the run script services.sh wrote, as its
+// own process group so that it outlives the test binary, and records its
+// pid where services.sh will find it to stop it.
+func (m member) restart(t *testing.T) {
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(m.dir, "zookeeper.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(filepath.Join(m.dir, "run"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("restart %s: %v", m.dir, err)
+	}
+	if err := os.WriteFile(m.pidfile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Release()
+}
+
+// TestLeaderKill kills the ensemble's leader while a lock is held and a
+// waiter is queued behind it. No second holder may appear: whenever the
+// waiter gets the lock, the holder's Lost must already be closed, and its
+// fence must be larger. The holder either keeps the lock (its session
+// survives the election) or sees Lost. The leader is restarted from its
+// config, and the ensemble left healthy.
+func TestLeaderKill(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperEnsembleURL)
+	ms := ensemble(t)
+	leader := healthy(t, ms, 60*time.Second)
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			leader.restart(t)
+		}
+		healthy(t, ms, 90*time.Second)
+	})
+
+	base := "/" + uniq("leaderkill")
+	holder, waiter := open(t, raw+base), open(t, raw+base)
+	ctx := context.Background()
+	ttl := 3 * time.Second
+	lk, err := holder.Acquire(ctx, "k", locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence, _ := lk.Fence()
+	type grant struct {
+		lk         locker.Lock
+		holderLost bool // when the waiter got the lock
+	}
+	granted := make(chan grant, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		lk2, err := waiter.Acquire(wctx, "k", locker.WithTTL(ttl))
+		if err != nil {
+			if wctx.Err() == nil {
+				t.Errorf("waiter: %v", err)
+			}
+			close(granted)
+			return
+		}
+		granted <- grant{lk: lk2, holderLost: isClosed(lk.Lost())}
+	}()
+	time.Sleep(500 * time.Millisecond) // the waiter queues
+
+	killedAt := time.Now()
+	leader.kill(t)
+	newLeader := healthyExcept(t, ms, leader, 30*time.Second)
+	t.Logf("leader %s killed; %s leads after %v", leader.addr, newLeader.addr, time.Since(killedAt).Round(time.Millisecond))
+
+	// Watch through the election and well past any session expiry.
+	var g grant
+	var gotGrant bool
+	select {
+	case g, gotGrant = <-granted:
+	case <-time.After(4 * ttl):
+	}
+	if gotGrant {
+		if !g.holderLost {
+			t.Fatalf("second holder: the waiter got the lock while the holder's Lost was open")
+		}
+		if f, _ := g.lk.Fence(); f <= fence {
+			t.Errorf("the waiter's fence %d is not above the holder's %d", f, fence)
+		}
+		t.Logf("the holder lost the lock (Lost closed) and the waiter got it")
+	} else if isClosed(lk.Lost()) {
+		t.Logf("the holder saw Lost; the waiter has not got the lock yet")
+	} else {
+		// Kept: the lock must still be there, and still exclusive.
+		if _, err := lk.TTL(ctx); err != nil {
+			t.Fatalf("the holder's Lost is open but TTL() = %v", err)
+		}
+		if _, err := waiter.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Fatalf("TryAcquire while the holder keeps the lock = %v, want ErrNotAcquired", err)
+		}
+		t.Logf("the holder kept the lock through the election")
+	}
+
+	leader.restart(t)
+	restarted = true
+	healthy(t, ms, 90*time.Second)
+
+	lk.Release(ctx)
+	if !gotGrant {
+		select {
+		case g, gotGrant = <-granted:
+		case <-time.After(3 * ttl):
+			t.Fatal("the waiter did not get the lock after the holder let go")
+		}
+	}
+	if g.lk != nil {
+		g.lk.Release(ctx)
+	}
+}
+
+// healthyExcept waits until the members other than down serve, one of
+// them as leader, and returns it.
+func healthyExcept(t *testing.T, ms []member, down member, within time.Duration) member {
+	t.Helper()
+	var rest []member
+	for _, m := range ms {
+		if m.addr != down.addr {
+			rest = append(rest, m)
+		}
+	}
+	return healthy(t, rest, within)
+}
