@@ -1,0 +1,155 @@
+// Package etcd_bench compares locker's etcd backend with etcd's own
+// concurrency.Mutex on the same server, in one run. It is a module of its
+// own so that the comparison stays out of the library's go.mod.
+//
+//	eval $(scripts/services.sh env)   # from the repository root
+//	cd bench/etcd && go test -run '^$' -bench . -benchmem -count 5
+//
+// Compare ops/s (uncontended) and p50/p99 handoff latency between the
+// locker and mutex sub-benchmarks.
+package etcd_bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/etcd"
+	"github.com/distlock/locker/internal/benchkit"
+	"github.com/distlock/locker/internal/testenv"
+)
+
+// sessionTTL is the lease TTL of both designs, in seconds: the Locker's
+// default TTL.
+const sessionTTL = int(locker.DefaultTTL / time.Second)
+
+func client(b *testing.B) *clientv3.Client {
+	b.Helper()
+	u, err := url.Parse(testenv.Get(b, testenv.EtcdURL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(u.Host, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func uniq(name string) string { return fmt.Sprintf("bench-%s/%d", name, time.Now().UnixNano()) }
+
+// BenchmarkUncontended: one holder acquiring and releasing a free key, by
+// the raw pair (put-if-absent with a kept-alive lease, then delete), by a
+// Locker, and by concurrency.Mutex on one session, all on one client.
+func BenchmarkUncontended(b *testing.B) {
+	c := client(b)
+	b.Run("raw", func(b *testing.B) {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(sessionTTL)) // a kept-alive lease
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		key := uniq("raw")
+		benchkit.Loop(b, func(ctx context.Context, _ int) error {
+			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, "", clientv3.WithLease(s.Lease()))).Commit()
+			if err != nil {
+				return err
+			}
+			if !r.Succeeded {
+				return errors.New("raw: key taken")
+			}
+			_, err = c.Delete(ctx, key)
+			return err
+		})
+	})
+	b.Run("locker", func(b *testing.B) {
+		l, err := etcd.New(c, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		benchkit.AcquireRelease(b, l, uniq("locker"))
+	})
+	b.Run("mutex", func(b *testing.B) {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(sessionTTL))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		m := concurrency.NewMutex(s, uniq("mutex"))
+		benchkit.Loop(b, func(ctx context.Context, _ int) error {
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		})
+	})
+}
+
+// BenchmarkHandoff: release-to-next-acquire latency with 8 waiters on one
+// key, each with its own client, for a Locker each and for a
+// concurrency.Mutex on a session each.
+func BenchmarkHandoff(b *testing.B) {
+	const waiters = 8
+	b.Run("locker/"+benchkit.WaitersName(waiters), func(b *testing.B) {
+		benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
+			return etcd.New(client(b), nil)
+		}, uniq("handoff-locker"))
+	})
+	b.Run("mutex/"+benchkit.WaitersName(waiters), func(b *testing.B) {
+		benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
+			s, err := concurrency.NewSession(client(b), concurrency.WithTTL(sessionTTL))
+			if err != nil {
+				return nil, err
+			}
+			return mutexLocker{s}, nil
+		}, uniq("handoff-mutex"))
+	})
+}
+
+// mutexLocker presents a concurrency.Mutex per acquisition as a
+// locker.Locker, only as far as benchkit.Handoff needs.
+type mutexLocker struct{ s *concurrency.Session }
+
+func (m mutexLocker) Acquire(ctx context.Context, key string, _ ...locker.Option) (locker.Lock, error) {
+	mu := concurrency.NewMutex(m.s, key)
+	if err := mu.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return mutexLock{mu: mu, key: key}, nil
+}
+
+func (m mutexLocker) TryAcquire(ctx context.Context, key string, _ ...locker.Option) (locker.Lock, error) {
+	mu := concurrency.NewMutex(m.s, key)
+	if err := mu.TryLock(ctx); err != nil {
+		return nil, err
+	}
+	return mutexLock{mu: mu, key: key}, nil
+}
+
+func (m mutexLocker) Capabilities() locker.Capabilities { return locker.Capabilities{} }
+func (m mutexLocker) Close() error                      { return m.s.Close() }
+
+type mutexLock struct {
+	mu  *concurrency.Mutex
+	key string
+}
+
+func (l mutexLock) Key() string                                  { return l.key }
+func (l mutexLock) Token() string                                { return l.mu.Key() }
+func (l mutexLock) Fence() (uint64, bool)                        { return uint64(l.mu.Header().Revision), true }
+func (l mutexLock) Refresh(context.Context, time.Duration) error { return errors.ErrUnsupported }
+func (l mutexLock) TTL(context.Context) (time.Duration, error)   { return 0, errors.ErrUnsupported }
+func (l mutexLock) Release(ctx context.Context) error            { return l.mu.Unlock(ctx) }
+func (l mutexLock) Lost() <-chan struct{}                        { return nil }

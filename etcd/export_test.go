@@ -1,0 +1,21 @@
+package etcd
+
+import "time"
+
+// QueuePrefix is the etcd key prefix under which the queue of lock key
+// lives in namespace ns.
+func QueuePrefix(ns, key string) string { return ns + "/" + encodeKey(key) + "/" }
+
+// SetHook makes f observe waiters ("watch": waiter entry, watched entry;
+// "check": waiter entry) until restore is called.
+func SetHook(f func(event, key, other string)) (restore func()) {
+	hookFn.Store(&f)
+	return func() { hookFn.Store(nil) }
+}
+
+// SetIdleLinger changes how long an unused lease is kept, until restore.
+func SetIdleLinger(d time.Duration) (restore func()) {
+	old := idleLinger
+	idleLinger = d
+	return func() { idleLinger = old }
+}
