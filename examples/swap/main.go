@@ -19,8 +19,11 @@ import (
 	"time"
 
 	"github.com/distlock/locker"
+	_ "github.com/distlock/locker/etcd"
 	_ "github.com/distlock/locker/memory"
 	_ "github.com/distlock/locker/redis"
+	_ "github.com/distlock/locker/redlock"
+	_ "github.com/distlock/locker/zookeeper"
 )
 
 func main() {
