@@ -16,10 +16,12 @@ import (
 // BenchmarkUncontended compares one holder acquiring and releasing a free
 // key through a Locker with the raw recipe on the same server: create an
 // ephemeral sequential node, list the children to see that it is the
-// lowest, delete it. Both take three round trips; the Locker's create
-// carries a guid in the node's name, it reads its own node's czxid (the
-// fence) alongside the listing, and the key's node is a container. Compare
-// ops/s of locker and locker-autorefresh with raw.
+// lowest, delete it, each after the previous reply. The Locker sends the
+// same three requests, but the listing right behind the create, so it
+// waits for two round trips; its create carries a guid in the node's
+// name, it reads the czxid (the fence) off the create's reply, and the
+// key's node is a container. Compare ops/s of locker and
+// locker-autorefresh with raw.
 func BenchmarkUncontended(b *testing.B) {
 	raw := testenv.Get(b, testenv.ZooKeeperURL)
 	b.Run("raw", func(b *testing.B) {

@@ -48,8 +48,11 @@
 // would block the key for as long as the session lives; a node of ours
 // that turns up late is deleted when the queue is next listed.
 //
-// An uncontended Acquire and Release take three round trips, like the bare
-// recipe: create, list, delete.
+// An uncontended Acquire and Release send the bare recipe's three requests
+// (create, list, delete) but wait for two round trips: the listing is sent
+// right behind the create, without waiting for its reply. The server
+// answers one session's requests in the order they arrive, so the listing
+// already includes the new node.
 //
 // # TTLs and sessions
 //

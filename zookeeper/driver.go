@@ -44,6 +44,7 @@ type hooks struct {
 	recovered    func(path string)        // a create whose reply was lost was found again
 	watching     func(self, pred string)  // a waiter set its watch
 	listed       func(self string, n int) // a waiter listed the queue (n children)
+	pipelined    func(self string)        // the listing sent behind the create was used
 	decide       func()                   // a request's goroutine is about to say whose its outcome is
 }
 
@@ -269,6 +270,19 @@ type ourNode struct {
 	czxid int64 // the fence, when known from the create's reply
 	owner int64 // the session that owns it, likewise
 	known bool
+
+	// children is the listing of the queue sent right behind the create
+	// on the same connection, so taken after it; listed says it is there.
+	children []string
+	listed   bool
+	sent     time.Time // when the create was sent
+}
+
+// listing is the outcome of a pipelined Children request.
+type listing struct {
+	children []string
+	err      error
+	sent     bool
 }
 
 // create makes our ephemeral sequential node under parent, its name
@@ -285,9 +299,27 @@ func (d *driver) create(ctx context.Context, s *session, ep *epoch, parent, guid
 				h.beforeCreate(prefix)
 			}
 			w := s.wire.watchCreate(prefix)
+			// List the queue right behind the create, once the create is
+			// on the wire: the server answers it after the create, so an
+			// uncontended acquisition waits for one round trip, not two.
+			stop, lc := make(chan struct{}), make(chan listing, 1)
+			go func() {
+				select {
+				case <-w.sent:
+					c, _, err := s.conn.Children(parent)
+					lc <- listing{children: c, err: err, sent: true}
+				case <-stop:
+					lc <- listing{}
+				}
+			}()
+			node.sent = time.Now()
 			p, err := s.conn.Create(prefix, nil, zk.FlagEphemeralSequential, d.acl)
+			close(stop)
 			node.czxid, node.owner, node.known = s.wire.done(w)
 			node.path = p
+			if l := <-lc; l.sent && l.err == nil && err == nil {
+				node.children, node.listed = l.children, true
+			}
 			return err
 		}, func(err error) {
 			// The caller gave up first; undo whatever the create did.
@@ -394,41 +426,29 @@ func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string
 		var children []string
 		var stat *zk.Stat
 		known := node.known
-		err := s.call(ctx, ep, func() error {
-			if known {
-				c, _, err := s.conn.Children(parent)
-				children = c
-				return err
+		pipelined := node.listed && known
+		var err error
+		if pipelined {
+			// Listed behind the create: the lock's time runs from before
+			// the create was sent.
+			start, children, node.listed = node.sent, node.children, false
+			if h := testHooks.Load(); h != nil && h.pipelined != nil {
+				h.pipelined(path)
 			}
-			// The create's reply did not say (the connection dropped, or
-			// is not ours): read our own node in the same round trip.
-			type result struct {
-				ok  bool
-				st  *zk.Stat
-				err error
-			}
-			rc := make(chan result, 1)
-			go func() {
-				ok, st, err := s.conn.Exists(path)
-				rc <- result{ok, st, err}
-			}()
-			c, _, err := s.conn.Children(parent)
-			r := <-rc
-			children = c
-			if err == nil {
-				err = r.err
-			}
-			if err == nil && !r.ok {
-				err = errRequeue
-			}
-			stat = r.st
-			return err
-		}, nil)
+		} else {
+			err = s.call(ctx, ep, d.list(s, parent, path, known, &children, &stat), nil)
+		}
 		if err == nil && !known {
 			node.czxid, node.owner, node.known = stat.Czxid, stat.EphemeralOwner, true
 		}
 		if errors.Is(err, zk.ErrNoNode) {
 			err = errRequeue // the key node went, and our node with it
+		}
+		if disconnected(err) {
+			if err := d.pause(ctx, ep); err != nil {
+				return backend.Acquisition{}, err
+			}
+			continue
 		}
 		if err != nil {
 			return backend.Acquisition{}, err
@@ -441,6 +461,9 @@ func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string
 			s.cleanup(parent + "/" + o)
 		}
 		if !q.self {
+			if pipelined {
+				continue // not in a listing that should have it: list again to be sure
+			}
 			return backend.Acquisition{}, errRequeue
 		}
 		if q.lowest {
@@ -466,6 +489,12 @@ func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // gone already: look again
 		}
+		if disconnected(err) {
+			if err := d.pause(ctx, ep); err != nil {
+				return backend.Acquisition{}, err
+			}
+			continue
+		}
 		if err != nil {
 			return backend.Acquisition{}, err
 		}
@@ -483,6 +512,67 @@ func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string
 		case <-d.done:
 			return backend.Acquisition{}, backend.ErrClosed
 		}
+	}
+}
+
+// list returns the request that lists the queue under parent into
+// children; where the create's reply was not seen (!known), it also reads
+// our own node at path into stat, in the same round trip.
+func (d *driver) list(s *session, parent, path string, known bool, children *[]string, stat **zk.Stat) func() error {
+	return func() error {
+		if known {
+			c, _, err := s.conn.Children(parent)
+			*children = c
+			return err
+		}
+		// The create's reply did not say (the connection dropped, or is
+		// not ours): read our own node in the same round trip.
+		type result struct {
+			ok  bool
+			st  *zk.Stat
+			err error
+		}
+		rc := make(chan result, 1)
+		go func() {
+			ok, st, err := s.conn.Exists(path)
+			rc <- result{ok, st, err}
+		}()
+		c, _, err := s.conn.Children(parent)
+		r := <-rc
+		*children = c
+		if err == nil {
+			err = r.err
+		}
+		if err == nil && !r.ok {
+			err = errRequeue
+		}
+		*stat = r.st
+		return err
+	}
+}
+
+// disconnected reports whether a read failed only because the connection
+// dropped or no server could be reached for the moment: the session may
+// still be alive, and our node with it.
+func disconnected(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+}
+
+// pause waits a moment before a read that failed with the connection is
+// tried again. Meanwhile the client library reconnects, or the epoch ends
+// because the connection stayed down for a whole session timeout.
+func (d *driver) pause(ctx context.Context, ep *epoch) error {
+	t := time.NewTimer(50 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ep.gone:
+		return ep.err()
+	case <-d.done:
+		return backend.ErrClosed
 	}
 }
 

@@ -17,11 +17,12 @@ type Hooks struct {
 	Recovered    func(path string)        // a create whose reply was lost was found again
 	Watching     func(self, pred string)  // a waiter set its watch on pred
 	Listed       func(self string, n int) // a waiter listed the queue
+	Pipelined    func(self string)        // the listing sent behind the create was used
 }
 
 // SetHooks installs h for the rest of the test.
 func SetHooks(t testing.TB, h Hooks) {
-	testHooks.Store(&hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, watching: h.Watching, listed: h.Listed})
+	testHooks.Store(&hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined})
 	t.Cleanup(func() { testHooks.Store(nil) })
 }
 

@@ -19,17 +19,24 @@ import (
 //	server: ConnectResponse{protocolVersion int, timeOut int, sessionId long, ...},
 //	        then ReplyHeader{xid int, zxid long, err int} + reply
 //
-// Only creates registered with watchCreate are followed.
+// Only creates registered with watchCreate are followed. Seeing a create's
+// request go out also lets the next request of the acquisition (the
+// listing of the queue) be sent right behind it, without waiting for the
+// create's reply: the client library writes requests in the order it is
+// given them, and the server answers a session's requests in the order
+// they arrive, a read after the writes before it.
 
 const opCreate = 1 // the protocol's create request type
 
 // created is what the wire said about one create.
 type created struct {
-	prefix string // the path sent: the sequential node's prefix
-	done   bool   // the reply was seen
-	zxid   int64  // its zxid: the node's czxid
-	err    int32  // its error code; 0 for success
-	owner  int64  // the session the connection carried
+	prefix string        // the path sent: the sequential node's prefix
+	done   bool          // the reply was seen
+	zxid   int64         // its zxid: the node's czxid
+	err    int32         // its error code; 0 for success
+	owner  int64         // the session the connection carried
+	sent   chan struct{} // closed once the request is being written
+	isSent bool
 }
 
 // wire follows the creates of one session's connections.
@@ -44,7 +51,7 @@ type wire struct {
 // watchCreate starts following the create of prefix (a sequential node's
 // path, as sent); done stops it and reports what was seen.
 func (w *wire) watchCreate(prefix string) *created {
-	c := &created{prefix: prefix}
+	c := &created{prefix: prefix, sent: make(chan struct{})}
 	w.mu.Lock()
 	if w.byPath == nil {
 		w.byPath, w.byXid = map[string]*created{}, map[int32]*created{}
@@ -156,6 +163,10 @@ func (c *wireConn) request(_ bool, h []byte) {
 	c.w.mu.Lock()
 	if cr := c.w.byPath[path]; cr != nil {
 		c.w.byXid[xid] = cr
+		if !cr.isSent {
+			cr.isSent = true
+			close(cr.sent)
+		}
 	}
 	c.w.mu.Unlock()
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -146,11 +147,19 @@ func TestNodes(t *testing.T) {
 	c := dial(t, hostsOf(t, raw), 10*time.Second)
 	ctx := context.Background()
 	key := "orders/42"
+	var pipelined atomic.Int32
+	zookeeper.SetHooks(t, zookeeper.Hooks{Pipelined: func(string) { pipelined.Add(1) }})
 	var last uint64
 	for i := range 3 {
+		before := pipelined.Load()
 		lk, err := l.Acquire(ctx, key)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The queue was listed by the request sent right behind the
+		// create, not by one sent after its reply.
+		if pipelined.Load() != before+1 {
+			t.Errorf("round %d: the acquisition did not use the listing sent behind its create", i)
 		}
 		nodes := lockNodes(t, c, base, key)
 		if len(nodes) != 1 {

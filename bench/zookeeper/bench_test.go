@@ -73,10 +73,11 @@ func warm(l locker.Locker, err error) (locker.Locker, error) {
 }
 
 // BenchmarkUncontended: one goroutine locks and unlocks a free key, b.N
-// times, through each library. Both take three round trips: a protected
-// ephemeral sequential create, a listing of the queue, a delete. zk.Lock
-// has no context, no fencing token and no TTL; the Locker reads the fence
-// from the create's reply.
+// times, through each library. Both send three requests: a protected
+// ephemeral sequential create, a listing of the queue, a delete; zk.Lock
+// waits for each reply before the next request, the Locker sends the
+// listing right behind the create. zk.Lock has no context, no fencing
+// token and no TTL; the Locker reads the fence from the create's reply.
 func BenchmarkUncontended(b *testing.B) {
 	raw, hosts := servers(b)
 	b.Run("locker", func(b *testing.B) {
