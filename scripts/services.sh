@@ -12,7 +12,7 @@
 # Layout (ports):
 #   redis single instance   27000
 #   redlock masters         27001-27005 (five independent masters)
-#   redis cluster           27011-27013 (three masters, no replicas)
+#   redis cluster           27011-27013 (three masters, no replicas; bus 27111-27113)
 #   zookeeper standalone    22181
 #   zookeeper ensemble      22281-22283 (quorum 22291-22293, election 22301-22303)
 #   etcd single member      23379 (peer 23380)
@@ -85,7 +85,11 @@ cluster_ok() {
 start_cluster() {
 	local p
 	for p in "${CLUSTER_PORTS[@]}"; do
-		start_redis "cluster-$p" "$p" --cluster-enabled yes \
+		# The bus port is set, not left at port+10000: that lands in the
+		# kernel's range of ephemeral ports (32768 and up), where an
+		# outgoing connection of the tests may hold it and the node then
+		# fails to start.
+		start_redis "cluster-$p" "$p" --cluster-enabled yes --cluster-port $((p + 100)) \
 			--cluster-config-file nodes.conf --cluster-node-timeout 2000
 	done
 	cluster_ok && return 0
