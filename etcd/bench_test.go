@@ -22,7 +22,7 @@ import (
 // and tail in its transaction, and its release compares the entry's create
 // revision. Compare ops/s between sub-benchmarks.
 func BenchmarkUncontended(b *testing.B) {
-	c := rawClient(b, hostsOf(b, testenv.Get(b, testenv.EtcdURL))...)
+	c := rawClient(b, testenv.Hosts(b, testenv.Get(b, testenv.EtcdURL))...)
 	ctx := context.Background()
 
 	b.Run("raw", func(b *testing.B) {
@@ -74,7 +74,7 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkHandoff measures release-to-next-acquire latency and fairness
 // with 2 and 8 waiters on one key, each with its own client and Locker.
 func BenchmarkHandoff(b *testing.B) {
-	hosts := hostsOf(b, testenv.Get(b, testenv.EtcdURL))
+	hosts := testenv.Hosts(b, testenv.Get(b, testenv.EtcdURL))
 	for _, waiters := range []int{2, 8} {
 		b.Run(benchkit.WaitersName(waiters), func(b *testing.B) {
 			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {

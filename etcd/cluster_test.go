@@ -33,7 +33,7 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	c := &cluster{url: testenv.Get(t, testenv.EtcdClusterURL), dir: testenv.Get(t, testenv.ServicesDir)}
-	c.hosts = hostsOf(t, c.url)
+	c.hosts = testenv.Hosts(t, c.url)
 	if len(c.hosts) != 3 {
 		t.Fatalf("%s = %q: want three members", testenv.EtcdClusterURL, c.url)
 	}
@@ -107,7 +107,7 @@ func (c *cluster) leader(t *testing.T) int {
 func (c *cluster) waitHealthy(t *testing.T) {
 	t.Helper()
 	raw := rawClient(t, c.hosts...)
-	waitFor(t, 90*time.Second, "etcd cluster healthy", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "etcd cluster healthy", func() bool {
 		var leader uint64
 		for _, h := range c.hosts {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -131,7 +131,7 @@ func (c *cluster) kill(t *testing.T, i int) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill member %d (pid %d): %v", i, pid, err)
 	}
-	waitFor(t, 10*time.Second, fmt.Sprintf("member %d dies", i), func() bool { return !c.alive(i) })
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("member %d dies", i), func() bool { return !c.alive(i) })
 }
 
 // restart starts member i again with the flags it was created with, and
@@ -190,14 +190,14 @@ func TestLeaderKill(t *testing.T) {
 		lk, err := w.Acquire(wctx, key, locker.WithTTL(ttl))
 		got <- acquired{lk, err, time.Now()}
 	}()
-	waitFor(t, 5*time.Second, "the waiter queues", func() bool { return len(queue(t, raw, prefix)) == 2 })
+	testenv.WaitFor(t, 5*time.Second, "the waiter queues", func() bool { return len(queue(t, raw, prefix)) == 2 })
 
 	var leader int
-	waitFor(t, 10*time.Second, "a leader", func() bool { leader = c.leader(t); return leader != 0 })
+	testenv.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = c.leader(t); return leader != 0 })
 	c.kill(t, leader)
 	killed := time.Now()
 	var next int
-	waitFor(t, 30*time.Second, "a new leader", func() bool { next = c.leader(t); return next != 0 && next != leader })
+	testenv.WaitFor(t, 30*time.Second, "a new leader", func() bool { next = c.leader(t); return next != 0 && next != leader })
 	t.Logf("killed member %d, the leader; member %d elected within %v", leader, next, time.Since(killed).Round(time.Millisecond))
 
 	refused := 0
@@ -207,7 +207,7 @@ func TestLeaderKill(t *testing.T) {
 			t.Fatalf("the waiter returned while the holder holds the lock (err %v)", r.err)
 		default:
 		}
-		if isClosed(lkH.Lost()) {
+		if testenv.Closed(lkH.Lost()) {
 			t.Fatalf("the holder's Lost closed %v after the leader was killed", time.Since(killed))
 		}
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -299,7 +299,7 @@ func TestPartitionLostBeforeTakeover(t *testing.T) {
 			lk, err := other.Acquire(actx, key, locker.WithTTL(ttl))
 			got <- acquired{lk, err, time.Now()}
 		}()
-		waitFor(t, 5*time.Second, "the other client queues", func() bool {
+		testenv.WaitFor(t, 5*time.Second, "the other client queues", func() bool {
 			return len(queue(t, raw, etcd.QueuePrefix(etcd.DefaultNamespace, key))) == 2
 		})
 		for _, p := range proxies {
@@ -336,7 +336,7 @@ func TestNoStaleAnswers(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
 	var leader int
-	waitFor(t, 10*time.Second, "a leader", func() bool { leader = c.leader(t); return leader != 0 })
+	testenv.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = c.leader(t); return leader != 0 })
 	follower := leader%3 + 1
 	var others []string
 	for i, h := range c.hosts {

@@ -88,7 +88,7 @@ func (r *recorder) count(typ mvccpb.Event_EventType) int {
 // never arrives (the caller's deadline passes while the request is on the
 // server) must delete what it created before it reports the failure.
 func TestLostReplyCleanup(t *testing.T) {
-	addr := hostsOf(t, testenv.Get(t, testenv.EtcdURL))[0]
+	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
 	raw := rawClient(t, addr)
 	other := open(t, "etcd://"+addr)
 	for _, mode := range []string{"try-acquire", "acquire"} {
@@ -132,7 +132,7 @@ func TestLostReplyCleanup(t *testing.T) {
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("%s with a deadline shorter than its round trip: %v, want a deadline error", mode, err)
 				}
-				waitFor(t, 5*time.Second, "the watch sees the events", func() bool {
+				testenv.WaitFor(t, 5*time.Second, "the watch sees the events", func() bool {
 					return rec.count(mvccpb.PUT) == 0 || rec.count(mvccpb.DELETE) > 0
 				})
 				if rec.count(mvccpb.PUT) == 0 {
@@ -159,7 +159,7 @@ func TestLostReplyCleanup(t *testing.T) {
 // a release whose reply was lost is retried after another client took the
 // lock. The retry must not delete the new holder's entry.
 func TestRetriedReleaseSparesNewerHolder(t *testing.T) {
-	addr := hostsOf(t, testenv.Get(t, testenv.EtcdURL))[0]
+	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
 	raw := rawClient(t, addr)
 	ctx := context.Background()
 
@@ -218,7 +218,7 @@ func TestRetriedReleaseSparesNewerHolder(t *testing.T) {
 			if _, err := c.TryAcquire(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
 				t.Fatalf("after A's retried Release, C's TryAcquire = %v, want ErrNotAcquired (B holds)", err)
 			}
-			if isClosed(lkB.Lost()) {
+			if testenv.Closed(lkB.Lost()) {
 				t.Fatal("B's Lost closed after A's retried Release")
 			}
 			if err := lkB.Release(ctx); err != nil {
@@ -267,7 +267,7 @@ func TestRetriedReleaseSparesNewerHolder(t *testing.T) {
 // queues hold only their own entries. etcd's own Mutex, for comparison,
 // lets a held a/b block a, since one queue prefix contains the other.
 func TestNestedNames(t *testing.T) {
-	addr := hostsOf(t, testenv.Get(t, testenv.EtcdURL))[0]
+	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
 	raw := rawClient(t, addr)
 	ctx := context.Background()
 	base := uniqueKey("nested")
@@ -320,7 +320,7 @@ func TestNestedNames(t *testing.T) {
 // queue entry before Acquire returns.
 func TestCancelledAcquireRemovesEntry(t *testing.T) {
 	url := testenv.Get(t, testenv.EtcdURL)
-	raw := rawClient(t, hostsOf(t, url)...)
+	raw := rawClient(t, testenv.Hosts(t, url)...)
 	ctx := context.Background()
 	a, b := open(t, url), open(t, url)
 	key := uniqueKey("cancelled")
@@ -336,7 +336,7 @@ func TestCancelledAcquireRemovesEntry(t *testing.T) {
 		_, err := b.Acquire(wctx, key)
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, "the waiter queues", func() bool { return len(queue(t, raw, prefix)) == 2 })
+	testenv.WaitFor(t, 5*time.Second, "the waiter queues", func() bool { return len(queue(t, raw, prefix)) == 2 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Acquire = %v, want context.Canceled", err)
@@ -352,7 +352,7 @@ func TestCancelledAcquireRemovesEntry(t *testing.T) {
 // behind it, which then watches the entry before the one that left.
 func TestWaiterWatchesPredecessor(t *testing.T) {
 	url := testenv.Get(t, testenv.EtcdURL)
-	raw := rawClient(t, hostsOf(t, url)...)
+	raw := rawClient(t, testenv.Hosts(t, url)...)
 	ctx := context.Background()
 	key := uniqueKey("predecessor")
 	prefix := etcd.QueuePrefix(etcd.DefaultNamespace, key)
@@ -406,7 +406,7 @@ func TestWaiterWatchesPredecessor(t *testing.T) {
 			}
 			got <- result{i, lk}
 		}()
-		waitFor(t, 5*time.Second, "waiter queues and watches", func() bool {
+		testenv.WaitFor(t, 5*time.Second, "waiter queues and watches", func() bool {
 			q := queue(t, raw, prefix)
 			if len(q) != i+2 {
 				return false
@@ -433,7 +433,7 @@ func TestWaiterWatchesPredecessor(t *testing.T) {
 	if r := <-got; r.i != 1 || r.lk != nil {
 		t.Fatalf("after cancelling waiter 1, waiter %d returned (lock %v)", r.i, r.lk != nil)
 	}
-	waitFor(t, 5*time.Second, "waiter 2 watches waiter 0", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "waiter 2 watches waiter 0", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return watched[q[3]] == q[1]
@@ -486,7 +486,7 @@ func TestWaiterWatchesPredecessor(t *testing.T) {
 // reports the TTL in force.
 func TestSharedLeases(t *testing.T) {
 	url := testenv.Get(t, testenv.EtcdURL)
-	raw := rawClient(t, hostsOf(t, url)...)
+	raw := rawClient(t, testenv.Hosts(t, url)...)
 	ctx := context.Background()
 	l := open(t, url)
 	base := uniqueKey("leases")
@@ -557,7 +557,7 @@ func TestSharedLeases(t *testing.T) {
 // lock, Lost closes at the next keepalive, well before the TTL.
 func TestLostWhenLeaseRevoked(t *testing.T) {
 	url := testenv.Get(t, testenv.EtcdURL)
-	raw := rawClient(t, hostsOf(t, url)...)
+	raw := rawClient(t, testenv.Hosts(t, url)...)
 	ctx := context.Background()
 	l := open(t, url)
 	key := uniqueKey("revoked")
@@ -593,7 +593,7 @@ func TestLostWhenLeaseRevoked(t *testing.T) {
 // not close; its MinTTL is the server's minimum lease TTL.
 func TestNewWithOwnClient(t *testing.T) {
 	url := testenv.Get(t, testenv.EtcdURL)
-	c := rawClient(t, hostsOf(t, url)...)
+	c := rawClient(t, testenv.Hosts(t, url)...)
 	ctx := context.Background()
 	l, err := etcd.New(c, &etcd.Options{Namespace: "own-client/"})
 	if err != nil {
@@ -618,7 +618,7 @@ func TestNewWithOwnClient(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !isClosed(lk.Lost()) {
+	if !testenv.Closed(lk.Lost()) {
 		t.Error("Close left the lock open")
 	}
 	if q := queue(t, c, etcd.QueuePrefix("own-client", key)); len(q) != 0 {
@@ -630,8 +630,7 @@ func TestNewWithOwnClient(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct{ url, want string }{
+	testenv.WantOpenErrors(t, [][2]string{
 		{"etcd://", "no host"},
 		{"etcd://127.0.0.1", "no port"},
 		{"etcd://127.0.0.1,127.0.0.2:2379", "no port"},
@@ -642,17 +641,7 @@ func TestOpenErrors(t *testing.T) {
 		{"etcds://127.0.0.1:2379?cert=/x.pem", "cert and key go together"},
 		{"etcds://127.0.0.1:2379?cacert=/does/not/exist.pem", "cacert"},
 		{"etcd://127.0.0.1:2379?ttl=0s", "ttl"},
-	} {
-		l, err := locker.Open(ctx, tc.url)
-		if err == nil {
-			l.Close()
-			t.Errorf("Open(%q) succeeded", tc.url)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Open(%q) = %v, want an error containing %q", tc.url, err, tc.want)
-		}
-	}
+	})
 }
 
 // TestServerDown: opening a Locker where no etcd listens fails within its
@@ -806,7 +795,7 @@ func clientTLS(p pki) (*tls.Config, error) {
 func TestIdleLeaseRevoked(t *testing.T) {
 	t.Cleanup(etcd.SetIdleLinger(300 * time.Millisecond)) // after the Locker below is closed
 	url := testenv.Get(t, testenv.EtcdURL)
-	raw := rawClient(t, hostsOf(t, url)...)
+	raw := rawClient(t, testenv.Hosts(t, url)...)
 	ctx := context.Background()
 	l := open(t, url)
 	key := uniqueKey("idle")
@@ -829,7 +818,7 @@ func TestIdleLeaseRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lease loop looks at a third of the TTL.
-	waitFor(t, ttl, "the idle lease is revoked", func() bool {
+	testenv.WaitFor(t, ttl, "the idle lease is revoked", func() bool {
 		r, err := raw.TimeToLive(ctx, first)
 		return err == nil && r.TTL == -1
 	})

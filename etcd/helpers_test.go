@@ -11,11 +11,9 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,16 +23,6 @@ import (
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/internal/testenv"
 )
-
-// hostsOf returns the host:port list of an etcd:// URL.
-func hostsOf(t testing.TB, raw string) []string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(u.Host, ",")
-}
 
 // rawClient is a plain etcd client for looking at (and tampering with)
 // what the lockers leave on the server.
@@ -78,27 +66,6 @@ func queue(t testing.TB, c *clientv3.Client, prefix string) []string {
 		keys = append(keys, string(kv.Key))
 	}
 	return keys
-}
-
-// waitFor polls cond every 10 ms until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 func freePort(t testing.TB) string {

@@ -295,8 +295,7 @@ func TestRetriedAcquireFindsItsLock(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct{ url, want string }{
+	testenv.WantOpenErrors(t, [][2]string{
 		{"redis://", "no host"},
 		{"redis://127.0.0.1", "no port"},
 		{"redis://127.0.0.1:6379/x", "not a database number"},
@@ -305,17 +304,7 @@ func TestOpenErrors(t *testing.T) {
 		{"redis://127.0.0.1:6379?allow_eviction=maybe", "allow_eviction"},
 		{"redis://127.0.0.1:1,127.0.0.1:2?client=redigo", "does not support Redis Cluster"},
 		{"redis://127.0.0.1:1,127.0.0.1:2/3", "no databases"},
-	} {
-		l, err := locker.Open(ctx, tc.url)
-		if err == nil {
-			l.Close()
-			t.Errorf("Open(%q) succeeded", tc.url)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Open(%q) = %v, want an error containing %q", tc.url, err, tc.want)
-		}
-	}
+	})
 }
 
 // TestServerDown: opening a Locker on a server that is not there fails
@@ -357,7 +346,7 @@ func TestRedigoPool(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !isClosed(lk.Lost()) {
+	if !testenv.Closed(lk.Lost()) {
 		t.Fatal("Close left the lock open")
 	}
 	c := pool.Get()
@@ -367,14 +356,5 @@ func TestRedigoPool(t *testing.T) {
 	}
 	if n, _ := redigo.Int(c.Do("EXISTS", redis.LockKey(key))); n != 0 {
 		t.Fatal("Close did not release the held lock")
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }

@@ -159,8 +159,7 @@ func TestMajorityUnresponsive(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct{ url, want string }{
+	testenv.WantOpenErrors(t, [][2]string{
 		{"redlock://", "URL has no host"},
 		{"redlock://127.0.0.1", "has no port"},
 		{"redlock://127.0.0.1:1,127.0.0.1:1", "listed twice"},
@@ -170,17 +169,7 @@ func TestOpenErrors(t *testing.T) {
 		{"redlock://127.0.0.1:1?client=memcached", "unknown client"},
 		{"redlock://127.0.0.1:1?bogus=1", "bogus"},
 		{"redlock://127.0.0.1:1/x", "not a database number"},
-	} {
-		l, err := locker.Open(ctx, tc.url)
-		if err == nil {
-			l.Close()
-			t.Errorf("Open(%q) succeeded, want an error containing %q", tc.url, tc.want)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Open(%q) = %v, want an error containing %q", tc.url, err, tc.want)
-		}
-	}
+	})
 }
 
 // TestEviction: a node whose maxmemory-policy can evict lock keys is

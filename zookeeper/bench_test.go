@@ -25,7 +25,7 @@ import (
 func BenchmarkUncontended(b *testing.B) {
 	raw := testenv.Get(b, testenv.ZooKeeperURL)
 	b.Run("raw", func(b *testing.B) {
-		c := dial(b, hostsOf(b, raw), 30*time.Second)
+		c := dial(b, testenv.Hosts(b, raw), 30*time.Second)
 		parent := "/" + uniq("bench-raw")
 		if _, err := c.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 			b.Fatal(err)
@@ -47,7 +47,7 @@ func BenchmarkUncontended(b *testing.B) {
 		})
 	})
 	b.Run("locker", func(b *testing.B) {
-		l, err := warm(locker.Open(context.Background(), raw+"/"+uniq("bench")))
+		l, err := benchkit.Warm(locker.Open(context.Background(), raw+"/"+uniq("bench")))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -55,30 +55,13 @@ func BenchmarkUncontended(b *testing.B) {
 		benchkit.AcquireRelease(b, l, "k", locker.WithAutoRefresh(false))
 	})
 	b.Run("locker-autorefresh", func(b *testing.B) {
-		l, err := warm(locker.Open(context.Background(), raw+"/"+uniq("bench")))
+		l, err := benchkit.Warm(locker.Open(context.Background(), raw+"/"+uniq("bench")))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer l.Close()
 		benchkit.AcquireRelease(b, l, "k")
 	})
-}
-
-// warm opens the session of l's default TTL before the timing starts: a
-// Locker opens one session per TTL when it first needs it.
-func warm(l locker.Locker, err error) (locker.Locker, error) {
-	if err != nil {
-		return nil, err
-	}
-	lk, err := l.Acquire(context.Background(), "warm-up")
-	if err == nil {
-		err = lk.Release(context.Background())
-	}
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
 }
 
 // BenchmarkHandoff measures release-to-next-acquire latency and fairness
@@ -91,7 +74,7 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Run(benchkit.WaitersName(waiters), func(b *testing.B) {
 			base := raw + "/" + uniq("bench-handoff")
 			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
-				return warm(locker.Open(context.Background(), base))
+				return benchkit.Warm(locker.Open(context.Background(), base))
 			}, "k", locker.WithAutoRefresh(false))
 		})
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,15 +47,6 @@ func TestConformanceEnsemble(t *testing.T) {
 }
 
 // --- helpers ---
-
-func hostsOf(t testing.TB, raw string) []string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(u.Host, ",")
-}
 
 // uniq returns a name no other test run uses.
 func uniq(prefix string) string {
@@ -115,26 +105,6 @@ func lockNodes(t testing.TB, c *zk.Conn, base, key string) []string {
 
 func seqOf(name string) string { return name[strings.LastIndex(name, "-")+1:] }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // --- the recipe, seen from the server ---
 
 // TestNodes checks what an acquisition leaves on the server: one ephemeral
@@ -144,7 +114,7 @@ func TestNodes(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
 	base := "/" + uniq("nodes")
 	l := open(t, raw+base)
-	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	key := "orders/42"
 	var pipelined atomic.Int32
@@ -223,7 +193,7 @@ func TestKeyEncoding(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
 	base := "/" + uniq("keys")
 	l := open(t, raw+base)
-	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	var held []locker.Lock
 	for _, k := range keys {
@@ -258,7 +228,7 @@ func TestCancelledAcquireRemovesNode(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
 	base := "/" + uniq("cancel")
 	a, b := open(t, raw+base), open(t, raw+base)
-	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	key := "k"
 	lk, err := a.Acquire(ctx, key)
@@ -282,7 +252,7 @@ func TestCancelledAcquireRemovesNode(t *testing.T) {
 			}
 			errc <- err
 		}()
-		waitFor(t, 5*time.Second, "the waiter queued", func() bool { return len(lockNodes(t, c, base, key)) == 2 })
+		testenv.WaitFor(t, 5*time.Second, "the waiter queued", func() bool { return len(lockNodes(t, c, base, key)) == 2 })
 		if how == "cancel" {
 			cancel()
 		}
@@ -307,7 +277,7 @@ func TestCancelledAcquireRemovesNode(t *testing.T) {
 func TestNoHerd(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperEnsembleURL)
 	base := "/" + uniq("herd")
-	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	key := "k"
 	keyPath := base + "/" + zookeeper.EncodeKey(key)
@@ -350,7 +320,7 @@ func TestNoHerd(t *testing.T) {
 			grants <- grant{i, lk}
 		}()
 		// Queue them one after another, so the queue order is known.
-		waitFor(t, 5*time.Second, "waiter queued", func() bool {
+		testenv.WaitFor(t, 5*time.Second, "waiter queued", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(watched) == i+1
@@ -371,7 +341,7 @@ func TestNoHerd(t *testing.T) {
 
 	// What the servers say: one watch per lock node but the last, each
 	// from one session.
-	watches := serverWatches(t, hostsOf(t, raw), keyPath+"/")
+	watches := serverWatches(t, testenv.Hosts(t, raw), keyPath+"/")
 	for i, n := range queue {
 		sessions := watches[keyPath+"/"+n]
 		want := 1
@@ -539,14 +509,14 @@ func TestHandoffStress(t *testing.T) {
 // session lives.
 func TestLostReplyFoundAgain(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	p, err := conformance.NewProxy(hostsOf(t, raw)[0])
+	p, err := conformance.NewProxy(testenv.Hosts(t, raw)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	base := "/" + uniq("lostreply")
 	l := open(t, "zookeeper://"+p.Addr()+base)
-	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	ttl := locker.WithTTL(10 * time.Second) // the session outlives the drop
 	// Open the session and create the key's node, so that the create
@@ -611,7 +581,7 @@ func TestLostReplyFoundAgain(t *testing.T) {
 // before the server expires its session and the next waiter gets the lock.
 func TestLostBeforeExpiry(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	p, err := conformance.NewProxy(hostsOf(t, raw)[0])
+	p, err := conformance.NewProxy(testenv.Hosts(t, raw)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +607,7 @@ func TestLostBeforeExpiry(t *testing.T) {
 		lk.Release(ctx)
 	}()
 	time.Sleep(ttl) // a few refreshes
-	if isClosed(lk.Lost()) {
+	if testenv.Closed(lk.Lost()) {
 		t.Fatal("Lost closed while connected")
 	}
 	cut := time.Now()
@@ -666,7 +636,7 @@ func TestLostBeforeExpiry(t *testing.T) {
 // Locker reports its old locks gone and takes new ones in a new session.
 func TestSessionExpiredRecovers(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	p, err := conformance.NewProxy(hostsOf(t, raw)[0])
+	p, err := conformance.NewProxy(testenv.Hosts(t, raw)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -686,7 +656,7 @@ func TestSessionExpiredRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Restore()
-	if !isClosed(lk.Lost()) {
+	if !testenv.Closed(lk.Lost()) {
 		t.Error("Lost open although the session expired and another client holds the key")
 	}
 	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
@@ -708,14 +678,14 @@ func TestSessionExpiredRecovers(t *testing.T) {
 // says so; it does not wait for its context.
 func TestCutOffWaiterGivesUp(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	p, err := conformance.NewProxy(hostsOf(t, raw)[0])
+	p, err := conformance.NewProxy(testenv.Hosts(t, raw)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	base := "/" + uniq("cutoff")
 	a, b := open(t, raw+base), open(t, "zookeeper://"+p.Addr()+base)
-	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	lk, err := a.Acquire(ctx, "k")
 	if err != nil {
@@ -728,7 +698,7 @@ func TestCutOffWaiterGivesUp(t *testing.T) {
 		_, err := b.Acquire(wctx, "k", locker.WithTTL(time.Second))
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, "the waiter queued", func() bool { return len(lockNodes(t, c, base, "k")) == 2 })
+	testenv.WaitFor(t, 5*time.Second, "the waiter queued", func() bool { return len(lockNodes(t, c, base, "k")) == 2 })
 	cut := time.Now()
 	p.Cut()
 	select {
@@ -740,7 +710,7 @@ func TestCutOffWaiterGivesUp(t *testing.T) {
 		t.Fatalf("Acquire of a cut-off waiter = %v, want an error saying the session may have expired", err)
 	}
 	t.Logf("gave up %v after the cut", time.Since(cut).Round(time.Millisecond))
-	waitFor(t, 5*time.Second, "the cut-off waiter's node gone with its session", func() bool { return len(lockNodes(t, c, base, "k")) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "the cut-off waiter's node gone with its session", func() bool { return len(lockNodes(t, c, base, "k")) == 1 })
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -754,7 +724,7 @@ func TestSessionPerTTL(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
 	base := "/" + uniq("sessions")
 	l := open(t, raw+base)
-	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	owner := func(key string) int64 {
 		t.Helper()
@@ -783,7 +753,7 @@ func TestSessionPerTTL(t *testing.T) {
 	if a != cc || a == b {
 		t.Fatalf("sessions: a %#x, b %#x, c %#x; want a and c (2s) to share one, b (3s) its own", a, b, cc)
 	}
-	if !serverHas(t, hostsOf(t, raw)[0], a) || !serverHas(t, hostsOf(t, raw)[0], b) {
+	if !serverHas(t, testenv.Hosts(t, raw)[0], a) || !serverHas(t, testenv.Hosts(t, raw)[0], b) {
 		t.Fatal("the server does not list the sessions")
 	}
 	for _, lk := range held {
@@ -791,8 +761,8 @@ func TestSessionPerTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "idle sessions closed", func() bool {
-		return !serverHas(t, hostsOf(t, raw)[0], a) && !serverHas(t, hostsOf(t, raw)[0], b)
+	testenv.WaitFor(t, 10*time.Second, "idle sessions closed", func() bool {
+		return !serverHas(t, testenv.Hosts(t, raw)[0], a) && !serverHas(t, testenv.Hosts(t, raw)[0], b)
 	})
 	lk, err := l.Acquire(ctx, "a", locker.WithTTL(2*time.Second))
 	if err != nil {
@@ -817,7 +787,7 @@ func TestRefreshToNewTTL(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
 	base := "/" + uniq("move")
 	a, b := open(t, raw+base), open(t, raw+base)
-	c := dial(t, hostsOf(t, raw), 10*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	lk, err := a.Acquire(ctx, "k", locker.WithTTL(2*time.Second))
 	if err != nil {
@@ -837,7 +807,7 @@ func TestRefreshToNewTTL(t *testing.T) {
 		}
 		got <- lk
 	}()
-	waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(lockNodes(t, c, base, "k")) == 2 })
+	testenv.WaitFor(t, 5*time.Second, "waiter queued", func() bool { return len(lockNodes(t, c, base, "k")) == 2 })
 	if err := lk.Refresh(ctx, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -881,7 +851,7 @@ func TestRefreshToNewTTL(t *testing.T) {
 // lock node.
 func TestACL(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	host := hostsOf(t, raw)[0]
+	host := testenv.Hosts(t, raw)[0]
 	base := "/" + uniq("acl")
 	owner := open(t, "zookeeper://locker:s3cret@"+host+base)
 	ctx := context.Background()
@@ -944,7 +914,7 @@ func TestACL(t *testing.T) {
 // every lock; the connection stays open after Close.
 func TestNew(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	c := dial(t, hostsOf(t, raw), 5*time.Second)
+	c := dial(t, testenv.Hosts(t, raw), 5*time.Second)
 	base := "/" + uniq("new")
 	ctx := context.Background()
 
@@ -990,7 +960,7 @@ func TestNew(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !isClosed(lk.Lost()) {
+	if !testenv.Closed(lk.Lost()) {
 		t.Error("Close left the lock open")
 	}
 	if nodes := lockNodes(t, c, base, "k"); len(nodes) != 0 {
@@ -1002,14 +972,13 @@ func TestNew(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	ctx := context.Background()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	closedPort := ln.Addr().String()
 	ln.Close()
-	for _, tc := range []struct{ url, want string }{
+	testenv.WantOpenErrors(t, [][2]string{
 		{"zookeeper://", "no host"},
 		{"zk:///locks", "no host"},
 		{"zookeeper://127.0.0.1:2181,,127.0.0.1:2182", "empty host"},
@@ -1021,24 +990,14 @@ func TestOpenErrors(t *testing.T) {
 		{"zookeeper://127.0.0.1:2181?ttl=0s", "ttl"},
 		{"zookeeper://" + closedPort, "unreachable"},
 		{"zookeeper://" + closedPort, "refused"},
-	} {
-		l, err := locker.Open(ctx, tc.url)
-		if err == nil {
-			l.Close()
-			t.Errorf("Open(%q) succeeded", tc.url)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Open(%q) = %v, want an error containing %q", tc.url, err, tc.want)
-		}
-	}
+	})
 }
 
 // TestURL: both schemes, the path as base node, a default port, and the
 // server's session range as the TTL bounds.
 func TestURL(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	host := hostsOf(t, raw)[0]
+	host := testenv.Hosts(t, raw)[0]
 	c := dial(t, []string{host}, 10*time.Second)
 	ctx := context.Background()
 	for _, scheme := range []string{"zookeeper", "zk"} {
@@ -1222,7 +1181,7 @@ func TestKeysDoNotAccumulate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "empty key and base nodes collected", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "empty key and base nodes collected", func() bool {
 		ok, _, err := c.Exists("/app")
 		return err == nil && !ok
 	})
@@ -1276,7 +1235,7 @@ func ensemble(t *testing.T) []member {
 func healthy(t *testing.T, ms []member, within time.Duration) member {
 	t.Helper()
 	var leader member
-	waitFor(t, within, "ensemble healthy", func() bool {
+	testenv.WaitFor(t, within, "ensemble healthy", func() bool {
 		leaders := 0
 		for _, m := range ms {
 			switch {
@@ -1307,7 +1266,7 @@ func (m member) kill(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %d: %v", pid, err)
 	}
-	waitFor(t, 10*time.Second, "killed member's port closed", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "killed member's port closed", func() bool {
 		c, err := net.DialTimeout("tcp", m.addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
@@ -1381,7 +1340,7 @@ func TestLeaderKill(t *testing.T) {
 			close(granted)
 			return
 		}
-		granted <- grant{lk: lk2, holderLost: isClosed(lk.Lost())}
+		granted <- grant{lk: lk2, holderLost: testenv.Closed(lk.Lost())}
 	}()
 	time.Sleep(500 * time.Millisecond) // the waiter queues
 
@@ -1405,7 +1364,7 @@ func TestLeaderKill(t *testing.T) {
 			t.Errorf("the waiter's fence %d is not above the holder's %d", f, fence)
 		}
 		t.Logf("the holder lost the lock (Lost closed) and the waiter got it")
-	} else if isClosed(lk.Lost()) {
+	} else if testenv.Closed(lk.Lost()) {
 		t.Logf("the holder saw Lost; the waiter has not got the lock yet")
 	} else {
 		// Kept: the lock must still be there, and still exclusive.

@@ -13,8 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,11 +32,7 @@ const sessionTTL = int(locker.DefaultTTL / time.Second)
 
 func client(b *testing.B) *clientv3.Client {
 	b.Helper()
-	u, err := url.Parse(testenv.Get(b, testenv.EtcdURL))
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(u.Host, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	c, err := clientv3.New(clientv3.Config{Endpoints: testenv.Hosts(b, testenv.Get(b, testenv.EtcdURL)), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		b.Fatal(err)
 	}

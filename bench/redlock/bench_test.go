@@ -9,8 +9,6 @@ package redlock_bench
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,12 +24,8 @@ import (
 )
 
 func clients(b *testing.B) []*goredis.Client {
-	u, err := url.Parse(testenv.Get(b, testenv.RedlockURL))
-	if err != nil {
-		b.Fatal(err)
-	}
 	var cs []*goredis.Client
-	for _, h := range strings.Split(u.Host, ",") {
+	for _, h := range testenv.Hosts(b, testenv.Get(b, testenv.RedlockURL)) {
 		c := goredis.NewClient(&goredis.Options{Addr: h, ContextTimeoutEnabled: true})
 		b.Cleanup(func() { c.Close() })
 		cs = append(cs, c)

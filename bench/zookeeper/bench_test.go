@@ -12,8 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,11 +29,7 @@ func (nopLogger) Printf(string, ...any) {}
 
 func servers(b *testing.B) (raw string, hosts []string) {
 	raw = testenv.Get(b, testenv.ZooKeeperURL)
-	u, err := url.Parse(raw)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return raw, strings.Split(u.Host, ",")
+	return raw, testenv.Hosts(b, raw)
 }
 
 func connect(b *testing.B, hosts []string) *zk.Conn {
@@ -55,23 +49,6 @@ func uniq(prefix string) string {
 	return "/" + prefix + "-" + hex.EncodeToString(r[:])
 }
 
-// warm opens the session of l's default TTL before the timing starts: a
-// Locker opens one session per TTL when it first needs it.
-func warm(l locker.Locker, err error) (locker.Locker, error) {
-	if err != nil {
-		return nil, err
-	}
-	lk, err := l.Acquire(context.Background(), "warm-up")
-	if err == nil {
-		err = lk.Release(context.Background())
-	}
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
-}
-
 // BenchmarkUncontended: one goroutine locks and unlocks a free key, b.N
 // times, through each library. Both send three requests: a protected
 // ephemeral sequential create, a listing of the queue, a delete; zk.Lock
@@ -81,7 +58,7 @@ func warm(l locker.Locker, err error) (locker.Locker, error) {
 func BenchmarkUncontended(b *testing.B) {
 	raw, hosts := servers(b)
 	b.Run("locker", func(b *testing.B) {
-		l, err := warm(locker.Open(context.Background(), raw+uniq("bench-peer-locker")))
+		l, err := benchkit.Warm(locker.Open(context.Background(), raw+uniq("bench-peer-locker")))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -110,7 +87,7 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Run("locker/"+benchkit.WaitersName(waiters), func(b *testing.B) {
 			base := raw + uniq("bench-peer-handoff")
 			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
-				return warm(locker.Open(context.Background(), base))
+				return benchkit.Warm(locker.Open(context.Background(), base))
 			}, "k", locker.WithAutoRefresh(false))
 		})
 		b.Run("zk.Lock/"+benchkit.WaitersName(waiters), func(b *testing.B) {

@@ -203,3 +203,22 @@ func countNonZero(c []int) int {
 
 // WaitersName names a sub-benchmark by its number of waiters.
 func WaitersName(n int) string { return fmt.Sprintf("waiters=%d", n) }
+
+// Warm acquires and releases one key on l before the timing starts, so
+// that whatever a Locker opens on first use (a ZooKeeper session per TTL,
+// an etcd lease) is open. It takes Open's or New's results as they come
+// and closes l if the warm-up fails.
+func Warm(l locker.Locker, err error) (locker.Locker, error) {
+	if err != nil {
+		return nil, err
+	}
+	lk, err := l.Acquire(context.Background(), "warm-up")
+	if err == nil {
+		err = lk.Release(context.Background())
+	}
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
