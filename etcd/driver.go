@@ -230,14 +230,9 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	secs := leaseSeconds(req.TTL)
 	qp := d.queuePrefix(req.Key)
 	for tries := 0; ; tries++ {
-		l, err := d.getLease(ctx, secs)
+		l, key, err := d.entry(ctx, secs, qp)
 		if err != nil {
 			return backend.Acquisition{}, err
-		}
-		key, ok := l.reserve(qp)
-		if !ok { // lapsed since getLease
-			d.unref(l)
-			continue
 		}
 		start := time.Now()
 		tctx, cancel := l.bound(ctx)
@@ -270,6 +265,21 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	}
 }
 
+// entry returns the lease for secs (with one reference for the caller)
+// and a name for a new queue entry under qp on it.
+func (d *driver) entry(ctx context.Context, secs int64, qp string) (*lease, string, error) {
+	for {
+		l, err := d.getLease(ctx, secs)
+		if err != nil {
+			return nil, "", err
+		}
+		if key, ok := l.reserve(qp); ok {
+			return l, key, nil
+		}
+		d.unref(l) // lapsed since getLease
+	}
+}
+
 // granted turns our first-in-queue entry into a held lock.
 func (d *driver) granted(ctx context.Context, req backend.Request, l *lease, key string, rev int64, start time.Time) (backend.Acquisition, error) {
 	h := &held{d: d, key: key, rev: rev, onLost: req.OnLost, lease: l, origin: l, expireAt: start.Add(l.ttl)}
@@ -298,14 +308,9 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	secs := leaseSeconds(req.TTL)
 	qp := d.queuePrefix(req.Key)
 	for {
-		l, err := d.getLease(ctx, secs)
+		l, key, err := d.entry(ctx, secs, qp)
 		if err != nil {
 			return backend.Acquisition{}, err
-		}
-		key, ok := l.reserve(qp)
-		if !ok { // lapsed since getLease
-			d.unref(l)
-			continue
 		}
 		acq, err := d.queue(ctx, req, l, qp, key)
 		if errors.Is(err, errRequeue) && ctx.Err() == nil {

@@ -444,10 +444,7 @@ func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string
 		if errors.Is(err, zk.ErrNoNode) {
 			err = errRequeue // the key node went, and our node with it
 		}
-		if disconnected(err) {
-			if err := d.pause(ctx, ep); err != nil {
-				return backend.Acquisition{}, err
-			}
+		if err = d.settle(ctx, ep, err); errors.Is(err, errAgain) {
 			continue
 		}
 		if err != nil {
@@ -489,10 +486,7 @@ func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // gone already: look again
 		}
-		if disconnected(err) {
-			if err := d.pause(ctx, ep); err != nil {
-				return backend.Acquisition{}, err
-			}
+		if err = d.settle(ctx, ep, err); errors.Is(err, errAgain) {
 			continue
 		}
 		if err != nil {
@@ -551,22 +545,25 @@ func (d *driver) list(s *session, parent, path string, known bool, children *[]s
 	}
 }
 
-// disconnected reports whether a read failed only because the connection
-// dropped or no server could be reached for the moment: the session may
-// still be alive, and our node with it.
-func disconnected(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
-}
+// errAgain says that a read is to be made again.
+var errAgain = errors.New("read again")
 
-// pause waits a moment before a read that failed with the connection is
-// tried again. Meanwhile the client library reconnects, or the epoch ends
-// because the connection stayed down for a whole session timeout.
-func (d *driver) pause(ctx context.Context, ep *epoch) error {
+// settle decides what a read that failed with err means for a waiter. A
+// read that failed only because the connection dropped, or no server
+// could be reached for the moment, is made again (errAgain) after a short
+// pause: the session may well be alive, and our node with it. Meanwhile
+// the client library reconnects, or the epoch ends because the connection
+// stayed down for a whole session timeout, or ctx ends; the pause then
+// returns that error. Any other err is returned as it is.
+func (d *driver) settle(ctx context.Context, ep *epoch, err error) error {
+	if !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, zk.ErrNoServer) {
+		return err
+	}
 	t := time.NewTimer(50 * time.Millisecond)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
+		return errAgain
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-ep.gone:
