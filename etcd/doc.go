@@ -29,10 +29,13 @@
 //
 //   - If the queue is empty, the entry is put and the lock is ours: one
 //     round trip, costing the server what a bare put-if-absent does.
-//   - Otherwise the same transaction puts the entry and reads the entry
-//     just before it. The waiter watches that predecessor alone for
-//     deletion (no herd: a release wakes one waiter), then reads the queue
-//     again, since the predecessor may have left without holding.
+//   - Otherwise the same transaction puts the entry anyway, and the
+//     waiter reads the entry just before its own (a read, which needs no
+//     raft round). It watches that predecessor alone for deletion (no
+//     herd: a release wakes one waiter), then reads again, since the
+//     predecessor may have left without holding. The transaction reads
+//     nothing itself: reads in a writing transaction, even in the branch
+//     not taken, made an uncontended Acquire+Release about 4% slower.
 //     TryAcquire puts nothing when the queue is busy.
 //
 // The holder is the entry with the lowest create revision. Release and

@@ -40,7 +40,8 @@ type lease struct {
 	validUntil time.Time // the server keeps the lease at least until then
 	degraded   bool      // the last keepalive attempt failed
 	dead       bool
-	deadc      chan struct{} // closed when the lease is given up
+	life       context.Context // ended, with the reason, when the lease is given up
+	end        context.CancelCauseFunc
 	held       map[*held]struct{}
 	orphans    map[string]orphan // entries to delete, by etcd key
 	names      map[string]bool   // entry names made with this lease and not known to be deleted
@@ -90,9 +91,10 @@ func (d *driver) getLease(ctx context.Context, secs int64) (*lease, error) {
 		l := d.leases[secs]
 		if l == nil {
 			l = &lease{
-				d: d, secs: secs, ready: make(chan struct{}), deadc: make(chan struct{}),
+				d: d, secs: secs, ready: make(chan struct{}),
 				held: map[*held]struct{}{}, orphans: map[string]orphan{}, names: map[string]bool{}, wake: make(chan struct{}, 1),
 			}
+			l.life, l.end = context.WithCancelCause(context.Background())
 			d.leases[secs] = l
 			l.refs++
 			d.mu.Unlock()
@@ -157,6 +159,7 @@ func (d *driver) grant(ctx context.Context, l *lease) error {
 			err = fmt.Errorf("etcd: grant a %ds lease: %w", l.secs, err)
 		}
 		l.err = err
+		l.end(err)
 		close(l.ready)
 		return err
 	}
@@ -199,14 +202,32 @@ func (l *lease) isDead() bool {
 	return l.dead
 }
 
-// bound returns ctx limited to the moment the lease may lapse: a request
-// made for a lock on l is useless after that, so an etcd that cannot be
-// reached is waited for no longer.
+// bound returns ctx, ended early should the lease be given up: a request
+// made for an entry on l is useless once l may have lapsed, so an etcd that
+// cannot be reached is waited for no longer than the lease lives. This is
+// not a deadline: the lease's end moves with every keepalive, and a
+// deadline would cost a timer on both sides of every request besides.
+// After a failed request, why(tctx, err) tells whether the lease's end cut
+// it short.
 func (l *lease) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	l.mu.Lock()
-	deadline := l.validUntil.Add(-drift(l.ttl))
-	l.mu.Unlock()
-	return context.WithDeadline(ctx, deadline)
+	tctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.life, func() { cancel(context.Cause(l.life)) })
+	return tctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// why returns the error of a request made under tctx (from bound): the
+// lease's end, which wraps errRequeue, if that is what ended it, or err.
+func (l *lease) why(tctx context.Context, err error) error {
+	if err == nil || tctx.Err() == nil {
+		return err
+	}
+	if cause := context.Cause(tctx); errors.Is(cause, errRequeue) {
+		return cause
+	}
+	return err
 }
 
 // register adds a held lock, reported lost if the lease dies. It returns
@@ -283,7 +304,7 @@ func (l *lease) die(cause error) {
 		return
 	}
 	l.dead = true
-	close(l.deadc)
+	l.end(fmt.Errorf("%w: lease %x given up: %w", errRequeue, int64(l.id), cause))
 	hs := l.held
 	l.held = nil
 	l.orphans = nil
