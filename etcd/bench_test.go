@@ -17,58 +17,49 @@ import (
 
 // BenchmarkUncontended compares one holder acquiring and releasing a free
 // key through a Locker with the raw pair on the same client: a transaction
-// that puts the key with a lease if it does not exist, then a delete. Both
-// are two raft writes; the Locker's acquire also reads the queue's head
-// and tail in its transaction, and its release compares the entry's create
-// revision. Compare ops/s between sub-benchmarks.
+// that puts the key with a lease if it does not exist, then a bare delete.
+// Both are two raft writes; the Locker's acquire compares over the lock's
+// whole queue, and its release compares the entry's create revision. The
+// designs take turns (benchkit.Interleave): read "locker/raw".
 func BenchmarkUncontended(b *testing.B) {
 	c := rawClient(b, testenv.Hosts(b, testenv.Get(b, testenv.EtcdURL))...)
 	ctx := context.Background()
-
-	b.Run("raw", func(b *testing.B) {
-		g, err := c.Grant(ctx, int64(locker.DefaultTTL/time.Second))
-		if err != nil {
-			b.Fatal(err)
+	g, err := c.Grant(ctx, int64(locker.DefaultTTL/time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Revoke(ctx, g.ID)
+	ka, err := c.KeepAlive(ctx, g.ID) // kept alive like the Locker's shared lease
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		for range ka {
 		}
-		defer c.Revoke(ctx, g.ID)
-		ka, err := c.KeepAlive(ctx, g.ID) // kept alive like the Locker's shared lease
-		if err != nil {
-			b.Fatal(err)
-		}
-		go func() {
-			for range ka {
-			}
-		}()
-		key := "bench-raw/" + fmt.Sprint(time.Now().UnixNano())
-		benchkit.Loop(b, func(ctx context.Context, _ int) error {
-			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(clientv3.OpPut(key, "", clientv3.WithLease(g.ID))).Commit()
+	}()
+	l, err := etcd.New(c, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	stamp := fmt.Sprint(time.Now().UnixNano())
+	rawKey := "bench-raw/" + stamp
+	benchkit.Interleave(b,
+		benchkit.Design{Name: "raw", Op: func(ctx context.Context) error {
+			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(rawKey), "=", 0)).
+				Then(clientv3.OpPut(rawKey, "", clientv3.WithLease(g.ID))).Commit()
 			if err != nil {
 				return err
 			}
 			if !r.Succeeded {
 				return errors.New("raw: key taken")
 			}
-			_, err = c.Delete(ctx, key)
+			_, err = c.Delete(ctx, rawKey)
 			return err
-		})
-	})
-	for _, v := range []struct {
-		name string
-		opts []locker.Option
-	}{
-		{"locker", nil},
-		{"locker-noautorefresh", []locker.Option{locker.WithAutoRefresh(false)}},
-	} {
-		b.Run(v.name, func(b *testing.B) {
-			l, err := etcd.New(c, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			benchkit.AcquireRelease(b, l, "bench-"+v.name+"/"+fmt.Sprint(time.Now().UnixNano()), v.opts...)
-		})
-	}
+		}},
+		benchkit.Design{Name: "locker", Op: benchkit.AcquireReleaseOp(l, "bench-locker/"+stamp)},
+		benchkit.Design{Name: "noautorefresh", Op: benchkit.AcquireReleaseOp(l, "bench-noautorefresh/"+stamp, locker.WithAutoRefresh(false))},
+	)
 }
 
 // BenchmarkHandoff measures release-to-next-acquire latency and fairness

@@ -5,8 +5,9 @@
 //	eval $(scripts/services.sh env)   # from the repository root
 //	cd bench/etcd && go test -run '^$' -bench . -benchmem -count 5
 //
-// Compare ops/s (uncontended) and p50/p99 handoff latency between the
-// locker and mutex sub-benchmarks.
+// Uncontended reports the Locker's throughput relative to the raw pair and
+// to the Mutex, measured taking turns; Handoff reports p50/p99 handoff
+// latency per design.
 package etcd_bench
 
 import (
@@ -44,51 +45,49 @@ func uniq(name string) string { return fmt.Sprintf("bench-%s/%d", name, time.Now
 
 // BenchmarkUncontended: one holder acquiring and releasing a free key, by
 // the raw pair (put-if-absent with a kept-alive lease, then delete), by a
-// Locker, and by concurrency.Mutex on one session, all on one client.
+// Locker, and by concurrency.Mutex on one session, all on one client,
+// taking turns (benchkit.Interleave). Read "locker/raw" and
+// "locker/mutex": the Locker's throughput relative to the others.
 func BenchmarkUncontended(b *testing.B) {
 	c := client(b)
-	b.Run("raw", func(b *testing.B) {
-		s, err := concurrency.NewSession(c, concurrency.WithTTL(sessionTTL)) // a kept-alive lease
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		key := uniq("raw")
-		benchkit.Loop(b, func(ctx context.Context, _ int) error {
-			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(clientv3.OpPut(key, "", clientv3.WithLease(s.Lease()))).Commit()
+	raw, err := concurrency.NewSession(c, concurrency.WithTTL(sessionTTL)) // a kept-alive lease
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+	rawKey := uniq("raw")
+	l, err := etcd.New(c, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	s, err := concurrency.NewSession(c, concurrency.WithTTL(sessionTTL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	m := concurrency.NewMutex(s, uniq("mutex"))
+	benchkit.Interleave(b,
+		benchkit.Design{Name: "raw", Op: func(ctx context.Context) error {
+			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(rawKey), "=", 0)).
+				Then(clientv3.OpPut(rawKey, "", clientv3.WithLease(raw.Lease()))).Commit()
 			if err != nil {
 				return err
 			}
 			if !r.Succeeded {
 				return errors.New("raw: key taken")
 			}
-			_, err = c.Delete(ctx, key)
+			_, err = c.Delete(ctx, rawKey)
 			return err
-		})
-	})
-	b.Run("locker", func(b *testing.B) {
-		l, err := etcd.New(c, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		benchkit.AcquireRelease(b, l, uniq("locker"))
-	})
-	b.Run("mutex", func(b *testing.B) {
-		s, err := concurrency.NewSession(c, concurrency.WithTTL(sessionTTL))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		m := concurrency.NewMutex(s, uniq("mutex"))
-		benchkit.Loop(b, func(ctx context.Context, _ int) error {
+		}},
+		benchkit.Design{Name: "mutex", Op: func(ctx context.Context) error {
 			if err := m.Lock(ctx); err != nil {
 				return err
 			}
 			return m.Unlock(ctx)
-		})
-	})
+		}},
+		benchkit.Design{Name: "locker", Op: benchkit.AcquireReleaseOp(l, uniq("locker"))},
+	)
 }
 
 // BenchmarkHandoff: release-to-next-acquire latency with 8 waiters on one

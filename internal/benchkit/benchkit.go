@@ -9,6 +9,7 @@ package benchkit
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -75,13 +76,81 @@ func Loop(b *testing.B, op func(ctx context.Context, i int) error) {
 // times, through Loop.
 func AcquireRelease(b *testing.B, l locker.Locker, key string, opts ...locker.Option) {
 	b.Helper()
-	Loop(b, func(ctx context.Context, _ int) error {
+	op := AcquireReleaseOp(l, key, opts...)
+	Loop(b, func(ctx context.Context, _ int) error { return op(ctx) })
+}
+
+// A Design is one way of doing the operation a benchmark compares.
+type Design struct {
+	Name string
+	Op   func(ctx context.Context) error
+}
+
+// Interleave compares designs of one operation in one run: it runs each
+// design b.N times, taking turns one operation at a time in an order
+// shuffled every round, so that whatever else the machine does meanwhile
+// (a shared, noisy machine; a server compacting or syncing) slows every
+// design alike. Run one design after the other instead and the ratios
+// between them move by 10% from run to run on a two-core machine.
+//
+// Reported for each design: "<name>-ops/s" and "<name>-p50-µs" /
+// "<name>-p99-µs"; and for each design, "<name>/<other>" for every design
+// listed before it: its throughput relative to that one (1 is as fast,
+// above 1 faster). List the baselines first. Each design runs a few
+// operations before the timing starts.
+func Interleave(b *testing.B, designs ...Design) {
+	b.Helper()
+	ctx := context.Background()
+	for _, d := range designs {
+		for range 5 {
+			if err := d.Op(ctx); err != nil {
+				b.Fatalf("%s (warm-up): %v", d.Name, err)
+			}
+		}
+	}
+	total := make([]time.Duration, len(designs))
+	lat := make([]Latencies, len(designs))
+	for i := range lat {
+		lat[i].d = make([]time.Duration, 0, b.N)
+	}
+	order := make([]int, len(designs))
+	for i := range order {
+		order[i] = i
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			t0 := time.Now()
+			if err := designs[i].Op(ctx); err != nil {
+				b.Fatalf("%s: %v", designs[i].Name, err)
+			}
+			d := time.Since(t0)
+			total[i] += d
+			lat[i].Add(d)
+		}
+	}
+	b.StopTimer()
+	for i, d := range designs {
+		b.ReportMetric(float64(b.N)/total[i].Seconds(), d.Name+"-ops/s")
+		b.ReportMetric(float64(lat[i].Quantile(0.5))/float64(time.Microsecond), d.Name+"-p50-µs")
+		b.ReportMetric(float64(lat[i].Quantile(0.99))/float64(time.Microsecond), d.Name+"-p99-µs")
+		for j := range i {
+			b.ReportMetric(total[j].Seconds()/total[i].Seconds(), d.Name+"/"+designs[j].Name)
+		}
+	}
+}
+
+// AcquireReleaseOp is the operation of AcquireRelease as a Design's Op.
+func AcquireReleaseOp(l locker.Locker, key string, opts ...locker.Option) func(context.Context) error {
+	return func(ctx context.Context) error {
 		lk, err := l.Acquire(ctx, key, opts...)
 		if err != nil {
 			return err
 		}
 		return lk.Release(ctx)
-	})
+	}
 }
 
 // Handoff measures how long a lock takes to pass from one holder to the
