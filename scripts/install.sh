@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
 # Installs the servers the tests run against, if they are missing:
-# redis-server (single instance, Redlock masters, Cluster), ZooKeeper and etcd.
-# As root it uses apt-get; otherwise it says what to install and fails.
-# Debian's packages start system services on install; those are stopped, since
-# the project starts its own servers on high loopback ports (scripts/services.sh).
+# redis-server (single instance, Redlock masters, Cluster) and ZooKeeper from
+# Debian's packages, and etcd built from the Go module proxy.
+# For the packages it uses apt-get as root; otherwise it says what to install
+# and fails. Debian's packages start system services on install; those are
+# stopped, since the project starts its own servers on high loopback ports
+# (scripts/services.sh).
+#
+# etcd: the version tools/etcd/go.mod requires (a current release; Debian's
+# etcd-server is 3.4, past its support), built with the local Go toolchain
+# into .cache/etcd-<version>/etcd, where scripts/services.sh looks for it.
+# LOCKER_ETCD_BIN names another etcd binary to use instead (an older
+# server, say), and then nothing is built.
 set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+# shellcheck source=scripts/etcd-bin.sh
+. "$ROOT/scripts/etcd-bin.sh"
+if [ ! -x "$ETCD_BIN" ]; then
+	[ -z "${LOCKER_ETCD_BIN:-}" ] || { echo "install.sh: LOCKER_ETCD_BIN=$LOCKER_ETCD_BIN is not an executable" >&2; exit 1; }
+	echo "install.sh: building etcd $ETCD_VERSION from the module proxy into $ETCD_BIN" >&2
+	mkdir -p "$(dirname "$ETCD_BIN")"
+	(cd "$ROOT/tools/etcd" && go build -trimpath -o "$ETCD_BIN.tmp" .)
+	mv "$ETCD_BIN.tmp" "$ETCD_BIN"
+fi
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
-command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 
 if [ ${#missing[@]} -eq 0 ]; then
@@ -40,11 +58,10 @@ apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 
 # Some environments start services regardless of policy-rc.d; stop any that did.
-for svc in redis-server zookeeper etcd; do
+for svc in redis-server zookeeper; do
 	if command -v service >/dev/null 2>&1; then
 		service "$svc" stop >/dev/null 2>&1 || true
 	fi
 done
 pkill -x redis-server 2>/dev/null || true
-pkill -x etcd 2>/dev/null || true
 pkill -f 'org.apache.zookeeper.server.quorum.QuorumPeerMain' 2>/dev/null || true

@@ -23,6 +23,9 @@
 set -euo pipefail
 
 DIR=${LOCKER_SERVICES_DIR:-/tmp/locker-services}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/etcd-bin.sh
+. "$ROOT/scripts/etcd-bin.sh"
 HOST=127.0.0.1
 OFF=${LOCKER_PORT_OFFSET:-0}
 [[ $OFF =~ ^[0-9]+$ ]] && [ "$OFF" -le 20000 ] || { echo "services.sh: LOCKER_PORT_OFFSET must be a number from 0 to 20000, not '$OFF'" >&2; exit 1; }
@@ -194,9 +197,9 @@ etcd_ok() { curl -fsS "http://$HOST:$ETCD_PORT/health" | grep -q '"health":"true
 
 start_etcd() {
 	alive etcd && return 0
-	command -v etcd >/dev/null || die "etcd not found (run scripts/install.sh)"
+	[ -x "$ETCD_BIN" ] || die "etcd not found at $ETCD_BIN (run scripts/install.sh)"
 	mkdir -p "$DIR/etcd"
-	nohup etcd --name locker --data-dir "$DIR/etcd/data" \
+	nohup "$ETCD_BIN" --name locker --data-dir "$DIR/etcd/data" \
 		--listen-client-urls "http://$HOST:$ETCD_PORT" \
 		--advertise-client-urls "http://$HOST:$ETCD_PORT" \
 		--listen-peer-urls "http://$HOST:$ETCD_PEER" \
@@ -222,7 +225,7 @@ etcd_cluster_ok() {
 
 start_etcd_cluster() { # launches the three members; up() waits for health
 	local i j dir initial=""
-	command -v etcd >/dev/null || die "etcd not found (run scripts/install.sh)"
+	[ -x "$ETCD_BIN" ] || die "etcd not found at $ETCD_BIN (run scripts/install.sh)"
 	for j in 1 2 3; do initial+="${initial:+,}m$j=http://$HOST:${ETCD_CLUSTER_PEER[j - 1]}"; done
 	for i in 1 2 3; do
 		dir=$DIR/etcd-cluster-$i
@@ -230,7 +233,7 @@ start_etcd_cluster() { # launches the three members; up() waits for health
 		mkdir -p "$dir"
 		cat >"$dir/run" <<-RUN
 			#!/bin/sh
-			exec etcd --name m$i --data-dir "$dir/data" \\
+			exec "$ETCD_BIN" --name m$i --data-dir "$dir/data" \\
 				--listen-client-urls http://$HOST:${ETCD_CLUSTER_CLIENT[i - 1]} \\
 				--advertise-client-urls http://$HOST:${ETCD_CLUSTER_CLIENT[i - 1]} \\
 				--listen-peer-urls http://$HOST:${ETCD_CLUSTER_PEER[i - 1]} \\
@@ -263,7 +266,7 @@ print_env() {
 		export LOCKER_TEST_ETCD_CLUSTER_URL=etcd://$etcdcl
 		export LOCKER_TEST_REDIS_SERVER=$(command -v redis-server)
 		export LOCKER_TEST_ZK_CLASSPATH=$ZK_CLASSPATH
-		export LOCKER_TEST_ETCD_BIN=$(command -v etcd)
+		export LOCKER_TEST_ETCD_BIN=$ETCD_BIN
 	ENV
 }
 
