@@ -44,10 +44,14 @@ func client(b *testing.B) *clientv3.Client {
 func uniq(name string) string { return fmt.Sprintf("bench-%s/%d", name, time.Now().UnixNano()) }
 
 // BenchmarkUncontended: one holder acquiring and releasing a free key, by
-// the raw pair (put-if-absent with a kept-alive lease, then delete), by a
-// Locker, and by concurrency.Mutex on one session, all on one client,
-// taking turns (benchkit.Interleave). Read "locker/raw" and
-// "locker/mutex": the Locker's throughput relative to the others.
+// the raw pair (put-if-absent with a kept-alive lease, then delete), by
+// concurrency.Mutex on one session, by the Locker's own two transactions
+// sent directly ("txns": put if the queue is empty, then delete if the
+// create revision is ours), and by a Locker, all on one client, taking
+// turns (benchkit.Interleave). Read "locker/raw" and "locker/mutex": the
+// Locker's throughput relative to the others; "txns/mutex" compares the
+// two protocols alone, and "locker/txns" shows what the Locker's own work
+// costs on top of its protocol.
 func BenchmarkUncontended(b *testing.B) {
 	c := client(b)
 	raw, err := concurrency.NewSession(c, concurrency.WithTTL(sessionTTL)) // a kept-alive lease
@@ -56,6 +60,8 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	defer raw.Close()
 	rawKey := uniq("raw")
+	txnsQueue := uniq("txns") + "/"
+	txnsKey := txnsQueue + fmt.Sprintf("%x", raw.Lease())
 	l, err := etcd.New(c, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -85,6 +91,20 @@ func BenchmarkUncontended(b *testing.B) {
 				return err
 			}
 			return m.Unlock(ctx)
+		}},
+		benchkit.Design{Name: "txns", Op: func(ctx context.Context) error {
+			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(txnsQueue), "=", 0).WithPrefix()).
+				Then(clientv3.OpPut(txnsKey, "", clientv3.WithLease(raw.Lease()))).
+				Else(clientv3.OpPut(txnsKey, "", clientv3.WithLease(raw.Lease()))).Commit()
+			if err != nil {
+				return err
+			}
+			if !r.Succeeded {
+				return errors.New("txns: queue not empty")
+			}
+			_, err = c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(txnsKey), "=", r.Header.Revision)).
+				Then(clientv3.OpDelete(txnsKey)).Commit()
+			return err
 		}},
 		benchkit.Design{Name: "locker", Op: benchkit.AcquireReleaseOp(l, uniq("locker"))},
 	)
