@@ -2,16 +2,14 @@ package etcd_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/etcd"
 	"github.com/distlock/locker/internal/benchkit"
+	"github.com/distlock/locker/internal/etcdbench"
 	"github.com/distlock/locker/internal/testenv"
 )
 
@@ -45,18 +43,7 @@ func BenchmarkUncontended(b *testing.B) {
 	stamp := fmt.Sprint(time.Now().UnixNano())
 	rawKey := "bench-raw/" + stamp
 	benchkit.Interleave(b,
-		benchkit.Design{Name: "raw", Op: func(ctx context.Context) error {
-			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(rawKey), "=", 0)).
-				Then(clientv3.OpPut(rawKey, "", clientv3.WithLease(g.ID))).Commit()
-			if err != nil {
-				return err
-			}
-			if !r.Succeeded {
-				return errors.New("raw: key taken")
-			}
-			_, err = c.Delete(ctx, rawKey)
-			return err
-		}},
+		benchkit.Design{Name: "raw", Op: etcdbench.RawPair(c, rawKey, g.ID)},
 		benchkit.Design{Name: "locker", Op: benchkit.AcquireReleaseOp(l, "bench-locker/"+stamp)},
 		benchkit.Design{Name: "noautorefresh", Op: benchkit.AcquireReleaseOp(l, "bench-noautorefresh/"+stamp, locker.WithAutoRefresh(false))},
 	)

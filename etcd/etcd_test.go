@@ -742,15 +742,7 @@ func TestTLS(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: time.Second, TLS: tc, Logger: zap.NewNop()})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err = c.Status(ctx, addr)
-		return err
+		return statusWith(addr, tc)
 	}
 	s := startServer(t, "https", ready, "--cert-file", p.serverCert, "--key-file", p.serverKey,
 		"--trusted-ca-file", p.ca, "--client-cert-auth")

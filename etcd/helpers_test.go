@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -130,8 +131,12 @@ func startServer(t *testing.T, scheme string, ready func(addr string) error, arg
 }
 
 // plainReady checks a server on http.
-func plainReady(addr string) error {
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: time.Second, Logger: zap.NewNop()})
+func plainReady(addr string) error { return statusWith(addr, nil) }
+
+// statusWith asks the server at addr for its status, over TLS if tc is
+// not nil.
+func statusWith(addr string, tc *tls.Config) error {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: time.Second, TLS: tc, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}

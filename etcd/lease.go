@@ -31,6 +31,11 @@ type lease struct {
 	ttl   time.Duration // as granted (the server may raise a TTL to its minimum)
 	err   error
 
+	// life ends, with the reason, when the lease is given up (or its grant
+	// failed): it is the lease's one "dead" flag.
+	life context.Context
+	end  context.CancelCauseFunc
+
 	// Under d.mu.
 	refs      int // acquisitions in flight and locks held on this lease
 	idleSince time.Time
@@ -39,9 +44,6 @@ type lease struct {
 	mu         sync.Mutex
 	validUntil time.Time // the server keeps the lease at least until then
 	degraded   bool      // the last keepalive attempt failed
-	dead       bool
-	life       context.Context // ended, with the reason, when the lease is given up
-	end        context.CancelCauseFunc
 	held       map[*held]struct{}
 	orphans    map[string]orphan // entries to delete, by etcd key
 	names      map[string]bool   // entry names made with this lease and not known to be deleted
@@ -196,11 +198,7 @@ func (d *driver) retireIfIdle(l *lease) bool {
 	return true
 }
 
-func (l *lease) isDead() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dead
-}
+func (l *lease) isDead() bool { return l.life.Err() != nil }
 
 // bound returns ctx, ended early should the lease be given up: a request
 // made for an entry on l is useless once l may have lapsed, so an etcd that
@@ -235,7 +233,7 @@ func (l *lease) why(tctx context.Context, err error) error {
 func (l *lease) register(h *held) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.dead {
+	if l.isDead() {
 		return false
 	}
 	l.held[h] = struct{}{}
@@ -258,7 +256,7 @@ func (l *lease) unregister(h *held) {
 func (l *lease) reserve(qp string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.dead {
+	if l.isDead() {
 		return "", false
 	}
 	base := qp + l.hex
@@ -286,7 +284,7 @@ func (l *lease) free(name string) {
 // with it. Its name stays reserved meanwhile.
 func (l *lease) addOrphan(key string, rev int64, origin *lease) {
 	l.mu.Lock()
-	if !l.dead {
+	if !l.isDead() {
 		l.orphans[key] = orphan{rev: rev, origin: origin}
 	}
 	l.mu.Unlock()
@@ -299,11 +297,10 @@ func (l *lease) addOrphan(key string, rev int64, origin *lease) {
 // die gives the lease up and reports every lock on it lost.
 func (l *lease) die(cause error) {
 	l.mu.Lock()
-	if l.dead {
+	if l.isDead() {
 		l.mu.Unlock()
 		return
 	}
-	l.dead = true
 	l.end(fmt.Errorf("%w: lease %x given up: %w", errRequeue, int64(l.id), cause))
 	hs := l.held
 	l.held = nil

@@ -24,6 +24,7 @@ import (
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/etcd"
 	"github.com/distlock/locker/internal/benchkit"
+	"github.com/distlock/locker/internal/etcdbench"
 	"github.com/distlock/locker/internal/testenv"
 )
 
@@ -74,18 +75,7 @@ func BenchmarkUncontended(b *testing.B) {
 	defer s.Close()
 	m := concurrency.NewMutex(s, uniq("mutex"))
 	benchkit.Interleave(b,
-		benchkit.Design{Name: "raw", Op: func(ctx context.Context) error {
-			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(rawKey), "=", 0)).
-				Then(clientv3.OpPut(rawKey, "", clientv3.WithLease(raw.Lease()))).Commit()
-			if err != nil {
-				return err
-			}
-			if !r.Succeeded {
-				return errors.New("raw: key taken")
-			}
-			_, err = c.Delete(ctx, rawKey)
-			return err
-		}},
+		benchkit.Design{Name: "raw", Op: etcdbench.RawPair(c, rawKey, raw.Lease())},
 		benchkit.Design{Name: "mutex", Op: func(ctx context.Context) error {
 			if err := m.Lock(ctx); err != nil {
 				return err
