@@ -293,7 +293,11 @@ func (d *driver) create(ctx context.Context, s *session, ep *epoch, parent, guid
 	prefix := lockPrefix(parent, guid)
 	var lastErr error
 	for range maxAttempts {
+		if err := ctx.Err(); err != nil {
+			return ourNode{}, err // nothing sent, nothing to undo
+		}
 		var node ourNode
+		undone := make(chan struct{}) // closed once an abandoned create is undone
 		err := s.call(ctx, ep, func() error {
 			if h := testHooks.Load(); h != nil && h.beforeCreate != nil {
 				h.beforeCreate(prefix)
@@ -322,14 +326,30 @@ func (d *driver) create(ctx context.Context, s *session, ep *epoch, parent, guid
 			}
 			return err
 		}, func(err error) {
-			// The caller gave up first; undo whatever the create did.
+			// The caller gave up first; undo whatever the create did: at
+			// once if the delete goes through (the caller waits for that
+			// below), else in the background.
+			defer close(undone)
 			switch {
 			case err == nil:
-				s.cleanup(node.path)
+				if derr := s.conn.Delete(node.path, -1); derr != nil && !errors.Is(derr, zk.ErrNoNode) {
+					s.cleanup(node.path)
+				}
 			case errors.Is(err, zk.ErrConnectionClosed):
 				s.cleanupGUID(parent, guid)
 			}
 		})
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			// Cancelled while the create (and the listing behind it) was
+			// in flight: wait for the undo, within cleanupTimeout, so that
+			// a cancelled Acquire leaves no node behind when it returns.
+			t := time.NewTimer(cleanupTimeout)
+			select {
+			case <-undone:
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		switch {
 		case err == nil:
 			return node, nil
