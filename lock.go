@@ -86,10 +86,13 @@ func (lk *lock) start(acq backend.Acquisition, start time.Time) time.Time {
 	return start
 }
 
-// expire runs at the local validity deadline.
+// expire runs at the local validity deadline. A lock still held is lost
+// from then on; one whose release failed in transit stays where it is. In
+// both cases a driver whose server keeps the lock past its TTL (an
+// Expirer) removes it now.
 func (lk *lock) expire() {
 	lk.mu.Lock()
-	if lk.state != stateHeld {
+	if lk.state == stateGone {
 		lk.mu.Unlock()
 		return
 	}
@@ -98,9 +101,15 @@ func (lk *lock) expire() {
 		lk.mu.Unlock()
 		return
 	}
+	held := lk.state == stateHeld
 	lk.setStateLocked(stateLost, errExpired)
 	lk.mu.Unlock()
-	lk.c.wd.remove(lk)
+	if held {
+		lk.c.wd.remove(lk)
+	}
+	if e, ok := lk.held.(backend.Expirer); ok {
+		e.Expire()
+	}
 }
 
 // backendLost is the Request.OnLost callback: the backend knows the lock
@@ -128,9 +137,11 @@ func (lk *lock) setStateLocked(s lockState, cause error) {
 	}
 	if lk.state == stateHeld {
 		close(lk.lost)
-		if lk.timer != nil {
-			lk.timer.Stop()
-		}
+	}
+	// The timer runs on while the lock may still be on the server: expire
+	// removes it there at the deadline should a release fail.
+	if s == stateGone && lk.timer != nil {
+		lk.timer.Stop()
 	}
 	if lk.cause == nil || lk.state == stateHeld {
 		lk.cause = cause

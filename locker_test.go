@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/memory"
 )
 
@@ -283,4 +285,87 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// expiringDriver's locks count their Expire calls; a release can be made
+// to fail in transit, leaving the lock on the (memory) server.
+type expiringDriver struct {
+	*memory.Driver
+	failRelease atomic.Bool
+	last        atomic.Pointer[expiringHeld]
+}
+
+func (d *expiringDriver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	acq, err := d.Driver.TryAcquire(ctx, req)
+	if err == nil {
+		h := &expiringHeld{Held: acq.Held, d: d}
+		d.last.Store(h)
+		acq.Held = h
+	}
+	return acq, err
+}
+
+type expiringHeld struct {
+	backend.Held
+	d       *expiringDriver
+	expired atomic.Int32
+}
+
+func (h *expiringHeld) Release(ctx context.Context) error {
+	if h.d.failRelease.Load() {
+		return errors.New("connection reset")
+	}
+	return h.Held.Release(ctx)
+}
+
+func (h *expiringHeld) Expire() { h.expired.Add(1) }
+
+// TestExpirer: a driver's Expire is called once when a lock's validity runs
+// out without a refresh, and when a release that failed in transit may
+// have left the lock behind; never after a release that succeeded, nor
+// while the watchdog keeps the lock.
+func TestExpirer(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 200 * time.Millisecond
+	cases := []struct {
+		name        string
+		opts        []locker.Option
+		release     bool // release before the TTL runs out
+		failRelease bool
+		want        int32
+	}{
+		{"unrefreshed", []locker.Option{locker.WithAutoRefresh(false)}, false, false, 1},
+		{"released", []locker.Option{locker.WithAutoRefresh(false)}, true, false, 0},
+		{"release-failed", []locker.Option{locker.WithAutoRefresh(false)}, true, true, 1},
+		{"refreshed", nil, false, false, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := &expiringDriver{Driver: memory.NewDriver(memory.NewStore())}
+			d.failRelease.Store(c.failRelease)
+			l := locker.New(d, nil)
+			defer l.Close()
+			lk, err := l.TryAcquire(ctx, "k", append(c.opts, locker.WithTTL(ttl))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.release {
+				err := lk.Release(ctx)
+				if c.failRelease != (err != nil) {
+					t.Fatalf("Release = %v", err)
+				}
+			}
+			time.Sleep(3 * ttl)
+			if !c.release && c.want == 0 {
+				if testenv.Closed(lk.Lost()) {
+					t.Fatal("Lost closed under the watchdog")
+				}
+			}
+			d.failRelease.Store(false)
+			lk.Release(ctx)
+			if got := d.last.Load().expired.Load(); got != c.want {
+				t.Errorf("Expire called %d times, want %d", got, c.want)
+			}
+		})
+	}
 }

@@ -12,7 +12,8 @@
 // implements [Notifier] wakes waiters when a key is released; without
 // either, package locker polls with jitter, bounded by the holder's
 // remaining TTL as reported through [Busy]. A driver that implements
-// [BatchRefresher] lets the watchdog refresh many locks in one round trip.
+// [BatchRefresher] lets the watchdog refresh many locks in one round trip;
+// a Held that implements [Expirer] is told when its TTL ran out.
 //
 // A driver is used through package locker, never directly by applications:
 // locker.New(driver, config) returns the [locker.Locker].
@@ -171,6 +172,20 @@ type Drifter interface {
 // is nil, ErrNotHeld, or a transport error.
 type BatchRefresher interface {
 	RefreshBatch(ctx context.Context, locks []Held, ttls []time.Duration) []error
+}
+
+// Expirer is implemented by a Held whose server would keep the lock past
+// its TTL when nobody refreshes it: etcd's locks of one TTL share a lease
+// that is kept alive, ZooKeeper's live as long as the session. Package
+// locker calls Expire, from a goroutine of its own, when the lock's local
+// validity has run out without a refresh, and also when a release that
+// failed in transit may have left it on the server; Lost is closed by
+// then. Expire removes the lock from the server if it is still ours (it
+// may block for that request) and does nothing if the lock was released
+// meanwhile. Package locker's one validity timer per lock thus serves as
+// the driver's expiry too.
+type Expirer interface {
+	Expire()
 }
 
 // Capabilities says what a backend guarantees. Package locker re-exports

@@ -25,18 +25,19 @@
 // escaped as %25 and %2F: the escaped name has no '/', so the queue of
 // "a" never contains the entries of "a/b" (etcd's own concurrency.Mutex
 // lets them interfere, one prefix containing the other). Each acquisition
-// puts one entry, named after the Locker's lease, in one transaction:
+// puts one entry, named after the Locker's lease:
 //
 //   - If the queue is empty, the entry is put and the lock is ours: one
-//     round trip, costing the server what a bare put-if-absent does.
-//   - Otherwise the same transaction puts the entry anyway, and the
-//     waiter reads the entry just before its own (a read, which needs no
-//     raft round). It watches that predecessor alone for deletion (no
-//     herd: a release wakes one waiter), then reads again, since the
-//     predecessor may have left without holding. The transaction reads
-//     nothing itself: reads in a writing transaction, even in the branch
-//     not taken, made an uncontended Acquire+Release about 4% slower.
-//     TryAcquire puts nothing when the queue is busy.
+//     round trip, costing the server what a bare put-if-absent does. The
+//     transaction carries nothing for the busy case: even in the branch
+//     not taken, a second put made an uncontended Acquire+Release about 1%
+//     slower, and reads about 4%.
+//   - Otherwise a second put joins the queue, and the waiter reads the
+//     entry just before its own (a read, which needs no raft round). It
+//     watches that predecessor alone for deletion (no herd: a release
+//     wakes one waiter), then reads again, since the predecessor may have
+//     left without holding. TryAcquire puts nothing when the queue is
+//     busy.
 //
 // The holder is the entry with the lowest create revision. Release and
 // Refresh are transactions conditioned on our entry's create revision,
@@ -86,7 +87,9 @@
 // half second etcd's leader takes to notice (ExpirySlack is 1s). A lock
 // that is not refreshed (WithAutoRefresh(false)) still expires at its TTL
 // while its process lives: the lease is kept alive for the others, so the
-// Locker deletes the lock's entry itself when its TTL runs out. Refresh
+// Locker deletes the lock's entry itself when its validity runs out (the
+// TTL less the drift allowance), and likewise after a Release that failed
+// in transit and was not retried. Refresh
 // with another TTL moves the entry to that TTL's lease; a put on an
 // existing key keeps its create revision, so the fence and the queue
 // position stay.

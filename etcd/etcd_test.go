@@ -553,6 +553,68 @@ func TestSharedLeases(t *testing.T) {
 	}
 }
 
+// TestFailedReleaseExpires: a release that never reached the server leaves
+// the entry on a lease the Locker keeps alive; the entry must still go when
+// the lock's TTL runs out, and the lease with other locks on it must stay.
+func TestFailedReleaseExpires(t *testing.T) {
+	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
+	raw := rawClient(t, addr)
+	p, err := conformance.NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() }) // after the Locker using it is closed
+	l := open(t, "etcd://"+p.Addr())
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	key := uniqueKey("failed-release")
+	prefix := etcd.QueuePrefix(etcd.DefaultNamespace, key)
+	lk, err := l.Acquire(ctx, key, locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired := time.Now()
+	g, err := raw.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil || len(g.Kvs) != 1 {
+		t.Fatal(g, err)
+	}
+	lease := clientv3.LeaseID(g.Kvs[0].Lease)
+	// Another lock on the same lease keeps it in use.
+	other, err := l.Acquire(ctx, uniqueKey("failed-release-other"), locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.Cut()
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = lk.Release(rctx)
+	cancel()
+	p.Restore()
+	if err == nil || errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("Release through a cut connection = %v, want a transport or deadline error", err)
+	}
+	if q := queue(t, raw, prefix); len(q) != 1 {
+		t.Fatalf("queue after the failed Release = %q, want the entry still there", q)
+	}
+	bound := ttl + l.Capabilities().ExpirySlack
+	testenv.WaitFor(t, bound+2*time.Second, "the entry deleted at the lock's TTL", func() bool {
+		return len(queue(t, raw, prefix)) == 0
+	})
+	if took := time.Since(acquired); took > bound+time.Second {
+		t.Errorf("the entry went %v after the acquire, want within %v of a %v TTL", took, bound, ttl)
+	}
+	ttlResp, err := raw.TimeToLive(ctx, lease)
+	if err != nil || ttlResp.TTL <= 0 {
+		t.Fatalf("the lease with another lock on it: %v %v, want it alive (the entry was deleted by the Locker, not by a lapse)", ttlResp, err)
+	}
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("Release after expiry = %v, want ErrNotHeld", err)
+	}
+}
+
 // TestLostWhenLeaseRevoked: when the server drops the lease under a held
 // lock, Lost closes at the next keepalive, well before the TTL.
 func TestLostWhenLeaseRevoked(t *testing.T) {

@@ -607,7 +607,8 @@ func (d *driver) describe(err error, key string) error {
 // held is a lock we hold: our node, in a session whose timeout is the
 // lock's TTL. While the process lives the session stays alive on its own,
 // so the lock's TTL is also enforced here: unless refreshed, the node is
-// deleted when the TTL runs out, as a server would expire a key.
+// deleted when the TTL runs out (Expire, called by package locker's
+// validity timer), as a server would expire a key.
 type held struct {
 	d      *driver
 	path   string
@@ -619,8 +620,7 @@ type held struct {
 	ep       *epoch
 	owner    int64 // the session id that owns the node (ephemeralOwner)
 	ttl      time.Duration
-	deadline time.Time
-	timer    *time.Timer
+	deadline time.Time // when the TTL runs out unless refreshed
 	done     bool
 }
 
@@ -632,7 +632,6 @@ func (h *held) arm() {
 		return
 	}
 	h.deadline = time.Now().Add(h.ttl)
-	h.timer = time.AfterFunc(h.ttl, h.expire)
 }
 
 // extend restarts the TTL after a successful refresh.
@@ -644,7 +643,6 @@ func (h *held) extend(ttl time.Duration) {
 	}
 	h.ttl = ttl
 	h.deadline = time.Now().Add(ttl)
-	h.timer.Reset(ttl)
 }
 
 // finish ends the lock's life here; false if it had ended already.
@@ -655,9 +653,6 @@ func (h *held) finish() bool {
 		return false
 	}
 	h.done = true
-	if h.timer != nil {
-		h.timer.Stop()
-	}
 	s := h.s
 	h.mu.Unlock()
 	s.unregister(h)
@@ -671,16 +666,12 @@ func (h *held) lost(err error) {
 	}
 }
 
-// expire runs when the TTL ran out without a refresh: the node goes, as
-// the key would on a server with expiring keys.
-func (h *held) expire() {
+// Expire runs when the TTL ran out without a refresh, or after a release
+// whose outcome is unknown (backend.Expirer): the node goes, as the key
+// would on a server with expiring keys.
+func (h *held) Expire() {
 	h.mu.Lock()
 	if h.done {
-		h.mu.Unlock()
-		return
-	}
-	if left := time.Until(h.deadline); left > 0 {
-		h.timer.Reset(left)
 		h.mu.Unlock()
 		return
 	}
@@ -914,7 +905,7 @@ func (h *held) Release(ctx context.Context) error {
 	case notHeld(err, ep):
 		return fmt.Errorf("%w: %w", backend.ErrNotHeld, ep.err())
 	}
-	// Unknown outcome: the lock stays ours, and the TTL deletes it if a
-	// later Release does not.
+	// Unknown outcome: the lock stays ours, and Expire deletes it at the
+	// end of its TTL if a later Release does not.
 	return err
 }

@@ -84,8 +84,7 @@ func BenchmarkUncontended(b *testing.B) {
 		}},
 		benchkit.Design{Name: "txns", Op: func(ctx context.Context) error {
 			r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(txnsQueue), "=", 0).WithPrefix()).
-				Then(clientv3.OpPut(txnsKey, "", clientv3.WithLease(raw.Lease()))).
-				Else(clientv3.OpPut(txnsKey, "", clientv3.WithLease(raw.Lease()))).Commit()
+				Then(clientv3.OpPut(txnsKey, "", clientv3.WithLease(raw.Lease()))).Commit()
 			if err != nil {
 				return err
 			}
