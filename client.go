@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/locker/backend"
@@ -84,7 +85,7 @@ type client struct {
 	wd       *watchdog
 
 	mu     sync.Mutex
-	closed bool
+	closed atomic.Bool // set under mu; read without it by isClosed
 	held   map[*lock]struct{}
 }
 
@@ -98,11 +99,7 @@ func (c *client) TryAcquire(ctx context.Context, key string, opts ...Option) (Lo
 	return c.acquire(ctx, "try-acquire", key, false, opts)
 }
 
-func (c *client) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+func (c *client) isClosed() bool { return c.closed.Load() }
 
 func (c *client) options(opts []Option) options {
 	o := defaultOptions()
@@ -276,7 +273,7 @@ func jitter(d time.Duration) time.Duration {
 func (c *client) track(lk *lock) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return false
 	}
 	c.held[lk] = struct{}{}
@@ -291,11 +288,11 @@ func (c *client) untrack(lk *lock) {
 
 func (c *client) Close() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed.Load() {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
+	c.closed.Store(true)
 	locks := make([]*lock, 0, len(c.held))
 	for lk := range c.held {
 		locks = append(locks, lk)
@@ -327,5 +324,7 @@ func (c *client) Close() error {
 func newToken() string {
 	var b [16]byte
 	crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	var s [22]byte   // base64.RawURLEncoding.EncodedLen(16)
+	base64.RawURLEncoding.Encode(s[:], b[:])
+	return string(s[:])
 }
