@@ -283,7 +283,7 @@ func (d *driver) entry(ctx context.Context, secs int64, qp string) (*lease, stri
 
 // granted turns our first-in-queue entry into a held lock.
 func (d *driver) granted(ctx context.Context, req backend.Request, l *lease, key string, rev int64, start time.Time) (backend.Acquisition, error) {
-	h := &held{d: d, key: key, rev: rev, onLost: req.OnLost, lease: l, origin: l, expireAt: start.Add(l.ttl)}
+	h := &held{d: d, key: key, rev: rev, onLost: req.OnLost, lease: l, origin: l}
 	if !l.register(h) {
 		// The lease lapsed while we acquired: the entry goes with it.
 		return backend.Acquisition{}, d.abandon(ctx, l, key, rev, fmt.Errorf("%w: lease lapsed during the acquire", errRequeue))
@@ -522,11 +522,10 @@ type held struct {
 
 	origin *lease // the lease whose name the entry bears
 
-	mu       sync.Mutex
-	lease    *lease    // the lease the entry is on
-	others   []*lease  // leases the entry may be on after a lease change whose reply was lost
-	expireAt time.Time // when the entry's TTL runs out unless refreshed (see Expire)
-	done     bool      // released, expired or lost; no longer on any lease
+	mu     sync.Mutex
+	lease  *lease   // the lease the entry is on
+	others []*lease // leases the entry may be on after a lease change whose reply was lost
+	done   bool     // released, expired or lost; no longer on any lease
 }
 
 func (h *held) own() clientv3.Cmp {
@@ -622,8 +621,7 @@ func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if secs == cur.secs && settled {
 		// Same lease: the lease loop keeps it alive; check that the entry
-		// is still ours and move the local expiry.
-		start := time.Now()
+		// is still ours.
 		ok, err := h.check(ctx)
 		if err != nil {
 			return err
@@ -632,7 +630,7 @@ func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 			h.gone()
 			return backend.ErrNotHeld
 		}
-		return h.extend(cur, start, false)
+		return h.extend(cur, false)
 	}
 	// Another TTL: move the entry to that TTL's lease. A put on an
 	// existing key keeps its create revision, so the fence and the queue
@@ -641,7 +639,6 @@ func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
 	resp, err := h.d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id))).Commit()
 	if err != nil {
 		if definite(err) {
@@ -656,7 +653,7 @@ func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 		h.gone()
 		return backend.ErrNotHeld
 	}
-	return h.extend(nl, start, true)
+	return h.extend(nl, true)
 }
 
 // addOther keeps a reference to a lease the entry may have moved to.
@@ -676,9 +673,9 @@ func (h *held) addOther(l *lease) {
 	h.others = append(h.others, l)
 }
 
-// extend records a successful refresh sent at start; the entry is now on
-// l. moved is true when l's reference was taken for this refresh.
-func (h *held) extend(l *lease, start time.Time, moved bool) error {
+// extend records a successful refresh; the entry is now on l. moved is
+// true when l's reference was taken for this refresh.
+func (h *held) extend(l *lease, moved bool) error {
 	h.mu.Lock()
 	if h.done || (moved && !l.register(h)) {
 		h.mu.Unlock()
@@ -698,7 +695,6 @@ func (h *held) extend(l *lease, start time.Time, moved bool) error {
 		}
 		h.lease, h.others = l, nil
 	}
-	h.expireAt = start.Add(l.ttl)
 	h.mu.Unlock()
 	h.drop(drop)
 	if l.isDead() {
@@ -717,11 +713,15 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, backend.ErrNotHeld
 	}
 	h.mu.Lock()
-	done, rem, l := h.done, time.Until(h.expireAt), h.lease
+	done, l := h.done, h.lease
 	h.mu.Unlock()
 	if done {
 		return 0, backend.ErrNotHeld
 	}
+	// The entry stays while the lease does; the lock's own end (its
+	// validity, then Expire) is package locker's, which reports the
+	// smaller of the two.
+	rem := l.ttl
 	l.mu.Lock()
 	if l.degraded {
 		// Keepalives are failing: the lease may end before the lock's TTL.

@@ -488,7 +488,6 @@ func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string
 			if !s.register(h, ep) {
 				return backend.Acquisition{}, ep.err()
 			}
-			h.arm()
 			return backend.Acquisition{Held: h, Fence: uint64(node.czxid), Fenced: true, TTL: s.timeout, Start: start}, nil
 		}
 		if !wait {
@@ -615,26 +614,16 @@ type held struct {
 	onLost func(error)
 	op     chan struct{} // one round trip at a time: Refresh, TTL, Release
 
-	mu       sync.Mutex
-	s        *session
-	ep       *epoch
-	owner    int64 // the session id that owns the node (ephemeralOwner)
-	ttl      time.Duration
-	deadline time.Time // when the TTL runs out unless refreshed
-	done     bool
+	mu    sync.Mutex
+	s     *session
+	ep    *epoch
+	owner int64         // the session id that owns the node (ephemeralOwner)
+	ttl   time.Duration // the session timeout, which the lock's TTL is
+	done  bool
 }
 
-// arm starts the TTL at the grant.
-func (h *held) arm() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.done {
-		return
-	}
-	h.deadline = time.Now().Add(h.ttl)
-}
-
-// extend restarts the TTL after a successful refresh.
+// extend records the TTL after a successful refresh (package locker's
+// validity timer restarts it).
 func (h *held) extend(ttl time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -642,7 +631,6 @@ func (h *held) extend(ttl time.Duration) {
 		return
 	}
 	h.ttl = ttl
-	h.deadline = time.Now().Add(ttl)
 }
 
 // finish ends the lock's life here; false if it had ended already.
@@ -877,10 +865,13 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 	if err := h.check(ctx, s, ep, owner); err != nil {
 		return 0, err
 	}
+	// The node stays while the session does; the lock's own end (its
+	// validity, then Expire) is package locker's, which reports the
+	// smaller of the two.
 	h.mu.Lock()
-	left := time.Until(h.deadline)
+	ttl := h.ttl
 	h.mu.Unlock()
-	return max(left, 0), nil
+	return ttl, nil
 }
 
 // Release deletes our node: exactly it (its name carries our guid), never
