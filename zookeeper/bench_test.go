@@ -20,18 +20,23 @@ import (
 // same three requests, but the listing right behind the create, so it
 // waits for two round trips; its create carries a guid in the node's
 // name, it reads the czxid (the fence) off the create's reply, and the
-// key's node is a container. Compare ops/s of locker and
-// locker-autorefresh with raw.
+// key's node is a container. The designs take turns
+// (benchkit.Interleave): read "locker/raw" and "autorefresh/raw".
 func BenchmarkUncontended(b *testing.B) {
 	raw := testenv.Get(b, testenv.ZooKeeperURL)
-	b.Run("raw", func(b *testing.B) {
-		c := dial(b, testenv.Hosts(b, raw), 30*time.Second)
-		parent := "/" + uniq("bench-raw")
-		if _, err := c.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
-			b.Fatal(err)
-		}
-		defer c.Delete(parent, -1)
-		benchkit.Loop(b, func(ctx context.Context, _ int) error {
+	c := dial(b, testenv.Hosts(b, raw), 30*time.Second)
+	parent := "/" + uniq("bench-raw")
+	if _, err := c.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		b.Fatal(err)
+	}
+	defer c.Delete(parent, -1)
+	l, err := benchkit.Warm(locker.Open(context.Background(), raw+"/"+uniq("bench")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	benchkit.Interleave(b,
+		benchkit.Design{Name: "raw", Op: func(context.Context) error {
 			p, err := c.Create(parent+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
 			if err != nil {
 				return err
@@ -44,24 +49,10 @@ func BenchmarkUncontended(b *testing.B) {
 				return fmt.Errorf("raw: queue %v, want only %s", children, p)
 			}
 			return c.Delete(p, -1)
-		})
-	})
-	b.Run("locker", func(b *testing.B) {
-		l, err := benchkit.Warm(locker.Open(context.Background(), raw+"/"+uniq("bench")))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		benchkit.AcquireRelease(b, l, "k", locker.WithAutoRefresh(false))
-	})
-	b.Run("locker-autorefresh", func(b *testing.B) {
-		l, err := benchkit.Warm(locker.Open(context.Background(), raw+"/"+uniq("bench")))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		benchkit.AcquireRelease(b, l, "k")
-	})
+		}},
+		benchkit.Design{Name: "locker", Op: benchkit.AcquireReleaseOp(l, "k", locker.WithAutoRefresh(false))},
+		benchkit.Design{Name: "autorefresh", Op: benchkit.AcquireReleaseOp(l, "k-autorefresh")},
+	)
 }
 
 // BenchmarkHandoff measures release-to-next-acquire latency and fairness

@@ -49,33 +49,32 @@ func uniq(prefix string) string {
 	return "/" + prefix + "-" + hex.EncodeToString(r[:])
 }
 
-// BenchmarkUncontended: one goroutine locks and unlocks a free key, b.N
-// times, through each library. Both send three requests: a protected
-// ephemeral sequential create, a listing of the queue, a delete; zk.Lock
-// waits for each reply before the next request, the Locker sends the
-// listing right behind the create. zk.Lock has no context, no fencing
-// token and no TTL; the Locker reads the fence from the create's reply.
+// BenchmarkUncontended: one goroutine locks and unlocks a free key through
+// each library, taking turns (benchkit.Interleave): read "locker/zklock".
+// Both send three requests: a protected ephemeral sequential create, a
+// listing of the queue, a delete; zk.Lock waits for each reply before the
+// next request, the Locker sends the listing right behind the create.
+// zk.Lock has no context, no fencing token and no TTL; the Locker reads the
+// fence from the create's reply.
 func BenchmarkUncontended(b *testing.B) {
 	raw, hosts := servers(b)
-	b.Run("locker", func(b *testing.B) {
-		l, err := benchkit.Warm(locker.Open(context.Background(), raw+uniq("bench-peer-locker")))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		benchkit.AcquireRelease(b, l, "k", locker.WithAutoRefresh(false))
-	})
-	b.Run("zk.Lock", func(b *testing.B) {
-		c := connect(b, hosts)
-		defer c.Close()
-		lk := zk.NewLock(c, uniq("bench-peer-zklock")+"/k", zk.WorldACL(zk.PermAll))
-		benchkit.Loop(b, func(context.Context, int) error {
+	l, err := benchkit.Warm(locker.Open(context.Background(), raw+uniq("bench-peer-locker")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	c := connect(b, hosts)
+	defer c.Close()
+	lk := zk.NewLock(c, uniq("bench-peer-zklock")+"/k", zk.WorldACL(zk.PermAll))
+	benchkit.Interleave(b,
+		benchkit.Design{Name: "zklock", Op: func(context.Context) error {
 			if err := lk.Lock(); err != nil {
 				return fmt.Errorf("zk.Lock: %w", err)
 			}
 			return lk.Unlock()
-		})
-	})
+		}},
+		benchkit.Design{Name: "locker", Op: benchkit.AcquireReleaseOp(l, "k", locker.WithAutoRefresh(false))},
+	)
 }
 
 // BenchmarkHandoff: release-to-next-acquire latency and fairness with 2 and
