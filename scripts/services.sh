@@ -141,6 +141,14 @@ start_zookeeper() { # launches the JVM; up() waits for health
 	# checks its health last.
 }
 
+# launch_member NAME LOG: starts $DIR/NAME/run (written by the caller) in
+# the background, appending its output to LOG; its pid goes to NAME.pid.
+launch_member() {
+	chmod +x "$DIR/$1/run"
+	nohup "$DIR/$1/run" >>"$2" 2>&1 &
+	echo $! >"$DIR/$1.pid"
+}
+
 # The ZooKeeper ensemble: three members on one machine, each with its own
 # directory $DIR/zk-ensemble-N holding its zoo.cfg, its data and a `run`
 # script that starts it in the foreground. Its pid is in zk-ensemble-N.pid.
@@ -187,13 +195,12 @@ start_zk_ensemble() { # launches the three JVMs; up() waits for the quorum
 			exec java -Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir="$dir" -cp "$ZK_CLASSPATH" \\
 				org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg"
 		RUN
-		chmod +x "$dir/run"
-		nohup "$dir/run" >>"$dir/zookeeper.log" 2>&1 &
-		echo $! >"$DIR/zk-ensemble-$i.pid"
+		launch_member "zk-ensemble-$i" "$dir/zookeeper.log"
 	done
 }
 
-etcd_ok() { curl -fsS "http://$HOST:$ETCD_PORT/health" | grep -q '"health":"true"'; }
+etcd_healthy() { curl -fsS "http://$HOST:$1/health" | grep -q '"health":"true"'; }
+etcd_ok() { etcd_healthy "$ETCD_PORT"; }
 
 start_etcd() {
 	alive etcd && return 0
@@ -218,9 +225,7 @@ start_etcd() {
 # so `down` still stops it.
 etcd_cluster_ok() {
 	local p
-	for p in "${ETCD_CLUSTER_CLIENT[@]}"; do
-		curl -fsS "http://$HOST:$p/health" | grep -q '"health":"true"' || return 1
-	done
+	for p in "${ETCD_CLUSTER_CLIENT[@]}"; do etcd_healthy "$p" || return 1; done
 }
 
 start_etcd_cluster() { # launches the three members; up() waits for health
@@ -242,19 +247,22 @@ start_etcd_cluster() { # launches the three members; up() waits for health
 				--initial-cluster-token locker-cluster-$OFF --initial-cluster-state new \\
 				--logger zap --log-outputs stderr --log-level warn
 		RUN
-		chmod +x "$dir/run"
-		nohup "$dir/run" >>"$dir/etcd.log" 2>&1 &
-		echo $! >"$DIR/etcd-cluster-$i.pid"
+		launch_member "etcd-cluster-$i" "$dir/etcd.log"
 	done
 }
 
+hosts() { # hosts PORT...: HOST:PORT,HOST:PORT,...
+	local out="" p
+	for p; do out+="${out:+,}$HOST:$p"; done
+	echo "$out"
+}
+
 print_env() {
-	local redlock="" cluster="" zkens="" p
-	for p in "${REDLOCK_PORTS[@]}"; do redlock+="${redlock:+,}$HOST:$p"; done
-	for p in "${ZK_ENSEMBLE_CLIENT[@]}"; do zkens+="${zkens:+,}$HOST:$p"; done
-	for p in "${CLUSTER_PORTS[@]}"; do cluster+="${cluster:+,}$HOST:$p"; done
-	local etcdcl=""
-	for p in "${ETCD_CLUSTER_CLIENT[@]}"; do etcdcl+="${etcdcl:+,}$HOST:$p"; done
+	local redlock cluster zkens etcdcl
+	redlock=$(hosts "${REDLOCK_PORTS[@]}")
+	cluster=$(hosts "${CLUSTER_PORTS[@]}")
+	zkens=$(hosts "${ZK_ENSEMBLE_CLIENT[@]}")
+	etcdcl=$(hosts "${ETCD_CLUSTER_CLIENT[@]}")
 	cat <<-ENV
 		export LOCKER_TEST_SERVICES_DIR=$DIR
 		export LOCKER_TEST_REDIS_URL=redis://$HOST:$REDIS_SINGLE
