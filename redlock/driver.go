@@ -238,7 +238,9 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 
 // holderTTL asks the nodes that refused for the holder's remaining TTL, so
 // that a waiter tries again when a holder that died without releasing
-// expires. It returns the smallest, or 0 when no node tells.
+// expires. It returns the smallest, 1 ms when a refusing node no longer
+// has the key (it expired since it refused: try again now), or 0 when no
+// node tells.
 func (d *driver) holderTTL(ctx context.Context, key string, out []outcome) time.Duration {
 	left := d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
 		v, err := n.c.Eval(ctx, holderTTLScript, []string{lockKey(key)})
@@ -249,10 +251,11 @@ func (d *driver) holderTTL(ctx context.Context, key string, out []outcome) time.
 	})
 	remaining := time.Duration(-1)
 	for i, o := range left {
-		if out[i].err != nil || out[i].n == 1 || o.err != nil || o.n < 0 {
-			continue // not a refusing node, or no TTL to tell
+		if out[i].err != nil || out[i].n == 1 || o.err != nil || o.n == -1 {
+			continue // not a refusing node, or a key without a TTL (not ours to tell)
 		}
-		if l := time.Duration(o.n) * time.Millisecond; remaining < 0 || l < remaining {
+		// PTTL is -2 for a key that is gone.
+		if l := time.Duration(max(o.n, 1)) * time.Millisecond; remaining < 0 || l < remaining {
 			remaining = l
 		}
 	}

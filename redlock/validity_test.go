@@ -181,3 +181,39 @@ func TestSplitVote(t *testing.T) {
 		}
 	}
 }
+
+// TestHolderTTLAfterExpiry: the nodes that refused a waiter are asked for
+// the holder's remaining TTL. When the holder's key has expired between the
+// refusal and that question, the waiter must try again at once, not be told
+// "unknown" (0), which makes a waiter with release notices sleep for
+// seconds: an expiry sends no notice.
+func TestHolderTTLAfterExpiry(t *testing.T) {
+	d, cs := testDriver(t, defaults)
+	ctx := context.Background()
+	const key = "expired-holder"
+	// Nodes 0-2 refused (n == 0), 3-4 accepted (n == 1).
+	out := []outcome{{n: 0}, {n: 0}, {n: 0}, {n: 1}, {n: 1}}
+	for i := range 3 {
+		if err := cs[i].Set(ctx, lockKey(key), "holder", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := d.holderTTL(ctx, key, out); got < 50*time.Second || got > time.Minute {
+		t.Fatalf("holderTTL with the holder's key on the refusing nodes = %v, want about a minute", got)
+	}
+	// The holder's key on one refusing node expires (or is released)
+	// before the question: that node now tells nothing but that the key
+	// may be free.
+	if err := cs[1].Del(ctx, lockKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.holderTTL(ctx, key, out); got != time.Millisecond {
+		t.Errorf("holderTTL with the key gone from a refusing node = %v, want 1ms (try again now)", got)
+	}
+	for i := range 3 {
+		cs[i].Del(ctx, lockKey(key))
+	}
+	if got := d.holderTTL(ctx, key, out); got != time.Millisecond {
+		t.Errorf("holderTTL with the key gone from every refusing node = %v, want 1ms", got)
+	}
+}
