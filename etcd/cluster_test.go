@@ -272,11 +272,7 @@ func TestPartitionLostBeforeTakeover(t *testing.T) {
 		var proxies []*conformance.Proxy
 		var addrs []string
 		for _, h := range c.hosts {
-			p, err := conformance.NewProxy(h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { p.Close() })
+			p := testenv.Proxy(t, h)
 			proxies = append(proxies, p)
 			addrs = append(addrs, p.Addr())
 		}

@@ -93,11 +93,7 @@ func TestLostReplyCleanup(t *testing.T) {
 	other := open(t, "etcd://"+addr)
 	for _, mode := range []string{"try-acquire", "acquire"} {
 		t.Run(mode, func(t *testing.T) {
-			p, err := conformance.NewProxy(addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { p.Close() }) // after the Locker using it is closed
+			p := testenv.Proxy(t, addr)
 			slow := open(t, "etcd://"+p.Addr())
 			ctx := context.Background()
 			// Take the shared lease first, so that the attempt below is the
@@ -164,11 +160,7 @@ func TestRetriedReleaseSparesNewerHolder(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("lost-reply", func(t *testing.T) {
-		p, err := conformance.NewProxy(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() }) // after the Lockers using it are closed
+		p := testenv.Proxy(t, addr)
 		a := open(t, "etcd://"+p.Addr())
 		b, c := open(t, "etcd://"+addr), open(t, "etcd://"+addr)
 		key := uniqueKey("retried-release")
@@ -559,11 +551,7 @@ func TestSharedLeases(t *testing.T) {
 func TestFailedReleaseExpires(t *testing.T) {
 	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
 	raw := rawClient(t, addr)
-	p, err := conformance.NewProxy(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() }) // after the Locker using it is closed
+	p := testenv.Proxy(t, addr)
 	l := open(t, "etcd://"+p.Addr())
 	ctx := context.Background()
 	const ttl = 3 * time.Second

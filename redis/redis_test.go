@@ -219,11 +219,7 @@ func TestConfigUnavailable(t *testing.T) {
 // orphan lock behind.
 func TestLostReplyCleanup(t *testing.T) {
 	addr := hostOf(t, testenv.Get(t, testenv.RedisURL))
-	p, err := conformance.NewProxy(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := testenv.Proxy(t, addr)
 	ctx := context.Background()
 	slow, err := locker.Open(ctx, "redis://"+p.Addr())
 	if err != nil {

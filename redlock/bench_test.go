@@ -11,7 +11,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker"
-	"github.com/distlock/locker/conformance"
 	"github.com/distlock/locker/internal/benchkit"
 	"github.com/distlock/locker/internal/testenv"
 	_ "github.com/distlock/locker/redis"
@@ -41,11 +40,7 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			var addrs []string
 			for _, h := range tc.hosts {
-				p, err := conformance.NewProxy(h)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer p.Close()
+				p := testenv.Proxy(b, h)
 				p.SetLatency(500 * time.Microsecond)
 				addrs = append(addrs, p.Addr())
 			}

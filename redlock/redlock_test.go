@@ -133,11 +133,7 @@ func TestMajorityUnresponsive(t *testing.T) {
 			hosts = append(hosts, s.Addr())
 			continue
 		}
-		p, err := conformance.NewProxy(s.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
+		p := testenv.Proxy(t, s.Addr())
 		p.SetLatency(time.Minute)
 		hosts = append(hosts, p.Addr())
 	}

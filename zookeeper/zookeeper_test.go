@@ -509,11 +509,7 @@ func TestHandoffStress(t *testing.T) {
 // session lives.
 func TestLostReplyFoundAgain(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	p, err := conformance.NewProxy(testenv.Hosts(t, raw)[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := testenv.Proxy(t, testenv.Hosts(t, raw)[0])
 	base := "/" + uniq("lostreply")
 	l := open(t, "zookeeper://"+p.Addr()+base)
 	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
@@ -581,11 +577,7 @@ func TestLostReplyFoundAgain(t *testing.T) {
 // before the server expires its session and the next waiter gets the lock.
 func TestLostBeforeExpiry(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	p, err := conformance.NewProxy(testenv.Hosts(t, raw)[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := testenv.Proxy(t, testenv.Hosts(t, raw)[0])
 	base := "/" + uniq("lost")
 	a := open(t, "zookeeper://"+p.Addr()+base)
 	b := open(t, raw+base)
@@ -636,11 +628,7 @@ func TestLostBeforeExpiry(t *testing.T) {
 // Locker reports its old locks gone and takes new ones in a new session.
 func TestSessionExpiredRecovers(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	p, err := conformance.NewProxy(testenv.Hosts(t, raw)[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := testenv.Proxy(t, testenv.Hosts(t, raw)[0])
 	base := "/" + uniq("expired")
 	a := open(t, "zookeeper://"+p.Addr()+base)
 	b := open(t, raw+base)
@@ -678,11 +666,7 @@ func TestSessionExpiredRecovers(t *testing.T) {
 // says so; it does not wait for its context.
 func TestCutOffWaiterGivesUp(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	p, err := conformance.NewProxy(testenv.Hosts(t, raw)[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := testenv.Proxy(t, testenv.Hosts(t, raw)[0])
 	base := "/" + uniq("cutoff")
 	a, b := open(t, raw+base), open(t, "zookeeper://"+p.Addr()+base)
 	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/conformance"
 )
 
 // Hosts returns the host:port list of a locker URL such as the ones the
@@ -61,4 +62,17 @@ func WantOpenErrors(t testing.TB, cases [][2]string) {
 			t.Errorf("Open(%q) = %v, want an error containing %q", raw, err, want)
 		}
 	}
+}
+
+// Proxy starts a conformance.Proxy to addr and closes it when the test
+// ends, after the clients opened later in the test (cleanups run last
+// registered first), so that none of them sees it vanish first.
+func Proxy(t testing.TB, addr string) *conformance.Proxy {
+	t.Helper()
+	p, err := conformance.NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
