@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -67,6 +68,7 @@ func leaseSeconds(ttl time.Duration) int64 {
 
 type driver struct {
 	cli    *clientv3.Client
+	kv     pb.KVClient // cli's KV service on its connection; nil: use cli.KV (see requests.go)
 	owned  bool
 	ns     string
 	minTTL time.Duration
@@ -82,7 +84,7 @@ type driver struct {
 }
 
 func newDriver(cli *clientv3.Client, owned bool, ns string, minTTL time.Duration, log *slog.Logger) *driver {
-	d := &driver{cli: cli, owned: owned, ns: ns, minTTL: minTTL, log: log, leases: map[int64]*lease{}}
+	d := &driver{cli: cli, kv: directKV(cli), owned: owned, ns: ns, minTTL: minTTL, log: log, leases: map[int64]*lease{}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	return d
 }
@@ -236,11 +238,7 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 		}
 		start := time.Now()
 		tctx, cancel := l.bound(ctx)
-		resp, err := d.cli.Txn(tctx).
-			If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(key, "", clientv3.WithLease(l.id))).
-			Else(clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
-			Commit()
+		resp, err := d.putEntry(tctx, putIfFreeElseFirst, qp, key, l.id)
 		err = l.why(tctx, err)
 		cancel()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && tries < 2 {
@@ -327,12 +325,11 @@ func (d *driver) queue(ctx context.Context, req backend.Request, l *lease, qp, k
 	// untaken branch still costs the free one (a put there about 1% of an
 	// uncontended Acquire+Release, reads about 4%). A waiter pays a second
 	// raft round to join instead, before it waits anyway.
-	put := clientv3.OpPut(key, "", clientv3.WithLease(l.id))
-	free := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
+	form := putIfFree
 	var resp *clientv3.TxnResponse
 	for resp == nil {
 		tctx, cancel := l.bound(ctx)
-		r, err := d.cli.Txn(tctx).If(free...).Then(put).Commit()
+		r, err := d.putEntry(tctx, form, qp, key, l.id)
 		err = l.why(tctx, err)
 		cancel()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -344,12 +341,12 @@ func (d *driver) queue(ctx context.Context, req backend.Request, l *lease, qp, k
 			return backend.Acquisition{}, d.abandon(ctx, l, key, 0, err)
 		}
 		switch {
-		case r.Succeeded && free != nil:
+		case r.Succeeded && form == putIfFree:
 			return d.granted(ctx, req, l, key, r.Header.Revision, start)
 		case r.Succeeded:
 			resp = r
 		default:
-			free = nil // busy: put unconditionally, joining the queue
+			form = putAlways // busy: join the queue
 		}
 	}
 	var (
@@ -490,7 +487,7 @@ func (d *driver) waitGone(ctx context.Context, l *lease, pred string, predRev, s
 func (d *driver) giveUp(ctx context.Context, l *lease, key string, rev int64, err error) error {
 	cctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
 	defer cancel()
-	_, cerr := d.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	_, cerr := d.deleteEntry(cctx, key, rev)
 	if cerr != nil {
 		l.addOrphan(key, rev, l)
 	} else {
@@ -591,7 +588,7 @@ func (h *held) Expire() {
 	}
 	defer d.wg.Done()
 	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
-	_, err := d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpDelete(h.key)).Commit()
+	_, err := d.deleteEntry(ctx, h.key, h.rev)
 	cancel()
 	if err != nil {
 		for _, l := range ls {
@@ -732,7 +729,7 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (h *held) Release(ctx context.Context) error {
-	resp, err := h.d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpDelete(h.key)).Commit()
+	resp, err := h.d.deleteEntry(ctx, h.key, h.rev)
 	if err != nil {
 		// The delete may have been applied; a retry compares again, so it
 		// cannot delete a newer holder's entry.

@@ -14,8 +14,10 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/client/v3/namespace"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/conformance"
@@ -305,6 +307,66 @@ func TestNestedNames(t *testing.T) {
 	defer mb.Unlock(ctx)
 	if err := concurrency.NewMutex(s2, "mutex/"+base+"/a").TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
 		t.Errorf("concurrency.Mutex on a while a/b is held: TryLock = %v, want ErrLocked: the layout this test guards against no longer interferes, so the comparison shows nothing", err)
+	}
+}
+
+// TestNamespacedClient: over a client whose KV, Watcher and Lease are
+// namespaced (clientv3/namespace), the Locker's entries stay inside the
+// namespace, and two such Lockers exclude each other and hand the lock
+// over (the waiter's watch sees the release the holder's request made).
+func TestNamespacedClient(t *testing.T) {
+	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
+	raw := rawClient(t, addr)
+	ctx := context.Background()
+	ns := uniqueKey("namespaced") + "/"
+	newLocker := func() locker.Locker {
+		c := rawClient(t, addr)
+		c.KV = namespace.NewKV(c.KV, ns)
+		c.Watcher = namespace.NewWatcher(c.Watcher, ns)
+		c.Lease = namespace.NewLease(c.Lease, ns)
+		l, err := etcd.New(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	l1, l2 := newLocker(), newLocker()
+	const key = "k"
+	inside, outside := ns+etcd.QueuePrefix(etcd.DefaultNamespace, key), etcd.QueuePrefix(etcd.DefaultNamespace, key)
+
+	lk1, err := l1.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := queue(t, raw, inside); len(q) != 1 {
+		t.Fatalf("queue inside the namespace = %q, want the holder's entry", q)
+	}
+	if q := queue(t, raw, outside); len(q) != 0 {
+		t.Fatalf("entries outside the namespace: %q", q)
+	}
+	if _, err := l2.TryAcquire(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire while held: %v, want ErrNotAcquired", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		lk2, err := l2.Acquire(actx, key)
+		if err == nil {
+			err = lk2.Release(ctx)
+		}
+		got <- err
+	}()
+	testenv.WaitFor(t, 5*time.Second, "the waiter's entry", func() bool { return len(queue(t, raw, inside)) == 2 })
+	if err := lk1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after the release: %v", err)
+	}
+	if q := queue(t, raw, inside); len(q) != 0 {
+		t.Errorf("entries left after both released: %q", q)
 	}
 }
 
@@ -637,6 +699,63 @@ func TestLostWhenLeaseRevoked(t *testing.T) {
 		t.Fatalf("TryAcquire after the lease was revoked: %v", err)
 	}
 	lk2.Release(ctx)
+}
+
+// TestUnreachableAcquireEnds: an Acquire whose etcd became unreachable
+// waits no longer than its lease can live, also with a context that never
+// ends: the lease's end cuts the request short, and a new lease cannot be
+// granted either.
+func TestUnreachableAcquireEnds(t *testing.T) {
+	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
+	p := testenv.Proxy(t, addr)
+	c := rawClient(t, p.Addr())
+	l, err := etcd.New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ttl := l.Capabilities().MinTTL
+	type ctxKey struct{}
+	for name, ctx := range map[string]context.Context{
+		"background": context.Background(),
+		"with value": context.WithValue(context.Background(), ctxKey{}, 1),
+	} {
+		base := uniqueKey("unreachable")
+		p.Restore()
+		c.ActiveConnection().ResetConnectBackoff()
+		held, err := l.Acquire(ctx, base+"/held", locker.WithTTL(ttl)) // a live lease for the TTL
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		p.Cut()
+		// Once the client has seen its connection go, requests wait for a
+		// new one (clientv3 waits for ready): only a context ends them.
+		testenv.WaitFor(t, 5*time.Second, "the client to see the cut", func() bool {
+			return c.ActiveConnection().GetState() != connectivity.Ready
+		})
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() {
+			lk, err := l.Acquire(ctx, base+"/other", locker.WithTTL(ttl))
+			if err == nil {
+				err = errors.New("acquired through a cut connection")
+				lk.Release(context.Background())
+			}
+			done <- err
+		}()
+		// The lease lapses here within its TTL (plus the drift allowance),
+		// and the grant of a new one gives up after the TTL.
+		limit := 2*ttl + 5*time.Second
+		select {
+		case err := <-done:
+			t.Logf("%s: Acquire ended after %v: %v", name, time.Since(start).Round(time.Millisecond), err)
+		case <-time.After(limit):
+			p.Restore()
+			<-done
+			t.Fatalf("%s: Acquire through a cut connection still waiting after %v, with a %v lease", name, limit, ttl)
+		}
+		held.Release(context.Background())
+	}
 }
 
 // TestNewWithOwnClient: New over the caller's client, which the Locker does

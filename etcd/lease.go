@@ -208,6 +208,10 @@ func (l *lease) isDead() bool { return l.life.Err() != nil }
 // After a failed request, why(tctx, err) tells whether the lease's end cut
 // it short.
 func (l *lease) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == context.Background() || ctx == context.TODO() {
+		// Nothing to combine: the lease's life is the request's bound.
+		return l.life, noCancel
+	}
 	tctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.life, func() { cancel(context.Cause(l.life)) })
 	return tctx, func() {
@@ -215,6 +219,8 @@ func (l *lease) bound(ctx context.Context) (context.Context, context.CancelFunc)
 		cancel(nil)
 	}
 }
+
+func noCancel() {}
 
 // why returns the error of a request made under tctx (from bound): the
 // lease's end, which wraps errRequeue, if that is what ended it, or err.
