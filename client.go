@@ -160,7 +160,7 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		ttl:         o.ttl,
 		autoRefresh: o.autoRefresh,
 		lost:        make(chan struct{}),
-		heapIndex:   -1,
+		slots:       noSlots,
 	}
 	req := backend.Request{Key: c.cfg.Prefix + key, Token: lk.token, TTL: o.ttl, OnLost: lk.backendLost}
 

@@ -55,11 +55,9 @@ type lock struct {
 	ttl          time.Duration
 	deadline     time.Time // local validity deadline, monotonic clock
 	refreshStart time.Time // start of the newest refresh applied
-	timer        *time.Timer
 
-	// Owned by the watchdog, under its mutex.
-	heapIndex int
-	due       time.Time
+	// Places in the watchdog's timetable, owned by it (under its mutex).
+	slots [2]slot
 }
 
 // start records a new acquisition and returns when its TTL began.
@@ -81,7 +79,7 @@ func (lk *lock) start(acq backend.Acquisition, start time.Time) time.Time {
 	lk.deadline = start.Add(validity)
 	lk.refreshStart = start
 	if lk.state == stateHeld { // the backend may have reported it lost already
-		lk.timer = time.AfterFunc(time.Until(lk.deadline), lk.expire)
+		lk.c.wd.expireAt(lk, lk.deadline)
 	}
 	return start
 }
@@ -96,8 +94,8 @@ func (lk *lock) expire() {
 		lk.mu.Unlock()
 		return
 	}
-	if left := time.Until(lk.deadline); left > 0 { // refreshed meanwhile
-		lk.timer.Reset(left)
+	if time.Until(lk.deadline) > 0 { // refreshed meanwhile
+		lk.c.wd.expireAt(lk, lk.deadline)
 		lk.mu.Unlock()
 		return
 	}
@@ -123,9 +121,8 @@ func (lk *lock) backendLost(err error) {
 
 func (lk *lock) markGone(cause error) {
 	lk.mu.Lock()
-	lk.setStateLocked(stateGone, cause)
+	lk.setStateLocked(stateGone, cause) // out of the watchdog's timetable too
 	lk.mu.Unlock()
-	lk.c.wd.remove(lk)
 	lk.c.untrack(lk)
 }
 
@@ -138,10 +135,11 @@ func (lk *lock) setStateLocked(s lockState, cause error) {
 	if lk.state == stateHeld {
 		close(lk.lost)
 	}
-	// The timer runs on while the lock may still be on the server: expire
-	// removes it there at the deadline should a release fail.
-	if s == stateGone && lk.timer != nil {
-		lk.timer.Stop()
+	// The deadline stays in the watchdog's timetable while the lock may
+	// still be on the server: expire removes it there should a release
+	// fail.
+	if s == stateGone {
+		lk.c.wd.forget(lk)
 	}
 	if lk.cause == nil || lk.state == stateHeld {
 		lk.cause = cause
@@ -225,7 +223,7 @@ func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
 	lk.refreshStart = start
 	lk.ttl = ttl
 	lk.deadline = start.Add(ttl - lk.c.drift(ttl))
-	lk.timer.Reset(time.Until(lk.deadline))
+	lk.c.wd.expireAt(lk, lk.deadline)
 	return nil
 }
 

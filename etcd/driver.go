@@ -281,7 +281,7 @@ func (d *driver) entry(ctx context.Context, secs int64, qp string) (*lease, stri
 
 // granted turns our first-in-queue entry into a held lock.
 func (d *driver) granted(ctx context.Context, req backend.Request, l *lease, key string, rev int64, start time.Time) (backend.Acquisition, error) {
-	h := &held{d: d, key: key, rev: rev, onLost: req.OnLost, lease: l, origin: l}
+	h := d.newHeld(key, rev, req.OnLost, l)
 	if !l.register(h) {
 		// The lease lapsed while we acquired: the entry goes with it.
 		return backend.Acquisition{}, d.abandon(ctx, l, key, rev, fmt.Errorf("%w: lease lapsed during the acquire", errRequeue))
@@ -519,10 +519,31 @@ type held struct {
 
 	origin *lease // the lease whose name the entry bears
 
+	// The entry's compare-and-delete, built once (requests.go); nil when
+	// requests go through the client's KV.
+	delete *pb.TxnRequest
+	del    deleteTxn
+
 	mu     sync.Mutex
 	lease  *lease   // the lease the entry is on
 	others []*lease // leases the entry may be on after a lease change whose reply was lost
 	done   bool     // released, expired or lost; no longer on any lease
+}
+
+func (d *driver) newHeld(key string, rev int64, onLost func(error), l *lease) *held {
+	h := &held{d: d, key: key, rev: rev, onLost: onLost, lease: l, origin: l}
+	if d.kv != nil {
+		h.delete = h.del.init([]byte(key), rev)
+	}
+	return h
+}
+
+// deleteEntry deletes our entry if it is still the one we put.
+func (h *held) deleteEntry(ctx context.Context) (*clientv3.TxnResponse, error) {
+	if h.delete != nil {
+		return h.d.send(ctx, h.delete)
+	}
+	return h.d.deleteEntry(ctx, h.key, h.rev)
 }
 
 func (h *held) own() clientv3.Cmp {
@@ -588,7 +609,7 @@ func (h *held) Expire() {
 	}
 	defer d.wg.Done()
 	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
-	_, err := d.deleteEntry(ctx, h.key, h.rev)
+	_, err := h.deleteEntry(ctx)
 	cancel()
 	if err != nil {
 		for _, l := range ls {
@@ -729,7 +750,7 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (h *held) Release(ctx context.Context) error {
-	resp, err := h.d.deleteEntry(ctx, h.key, h.rev)
+	resp, err := h.deleteEntry(ctx)
 	if err != nil {
 		// The delete may have been applied; a retry compares again, so it
 		// cannot delete a newer holder's entry.

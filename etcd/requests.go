@@ -72,24 +72,69 @@ func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease c
 		}
 		return t.Commit()
 	}
-	r := &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{
-		RequestPut: &pb.PutRequest{Key: []byte(key), Lease: int64(lease)},
-	}}}}
+	return d.send(ctx, newPutTxn(form, qp, key, lease))
+}
+
+// putTxn is a put transaction with everything it points to, so that it
+// takes one allocation instead of ten.
+type putTxn struct {
+	req    pb.TxnRequest
+	cmps   [1]*pb.Compare
+	cmp    pb.Compare
+	free   pb.Compare_CreateRevision
+	then   [1]*pb.RequestOp
+	op     pb.RequestOp
+	opPut  pb.RequestOp_RequestPut
+	put    pb.PutRequest
+	orElse [1]*pb.RequestOp
+	get    pb.RequestOp
+	opGet  pb.RequestOp_RequestRange
+	rng    pb.RangeRequest
+}
+
+func newPutTxn(form int, qp, key string, lease clientv3.LeaseID) *pb.TxnRequest {
+	t := new(putTxn)
+	// key, then the queue's range end; the queue prefix is the start of
+	// key.
+	b := make([]byte, len(key)+len(qp))
+	copy(b, key)
+	k, prefix, end := b[:len(key):len(key)], b[:len(qp):len(qp)], prefixEnd(b[len(key):], qp)
+	t.put = pb.PutRequest{Key: k, Lease: int64(lease)}
+	t.opPut.RequestPut = &t.put
+	t.op.Request = &t.opPut
+	t.then[0] = &t.op
+	t.req.Success = t.then[:]
 	if form == putAlways {
-		return d.send(ctx, r)
+		return &t.req
 	}
-	prefix, end := []byte(qp), []byte(clientv3.GetPrefixRangeEnd(qp))
-	r.Compare = []*pb.Compare{{
-		Result: pb.Compare_EQUAL, Target: pb.Compare_CREATE, Key: prefix, RangeEnd: end,
-		TargetUnion: &pb.Compare_CreateRevision{},
-	}}
+	t.cmp = pb.Compare{Result: pb.Compare_EQUAL, Target: pb.Compare_CREATE, Key: prefix, RangeEnd: end, TargetUnion: &t.free}
+	t.cmps[0] = &t.cmp
+	t.req.Compare = t.cmps[:]
 	if form == putIfFreeElseFirst {
-		r.Failure = []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{
+		t.rng = pb.RangeRequest{
 			Key: prefix, RangeEnd: end, Limit: 1,
 			SortOrder: pb.RangeRequest_ASCEND, SortTarget: pb.RangeRequest_CREATE, KeysOnly: true,
-		}}}}
+		}
+		t.opGet.RequestRange = &t.rng
+		t.get.Request = &t.opGet
+		t.orElse[0] = &t.get
+		t.req.Failure = t.orElse[:]
 	}
-	return d.send(ctx, r)
+	return &t.req
+}
+
+// prefixEnd writes into dst, as long as prefix, the end of the range of
+// keys that start with prefix (clientv3.GetPrefixRangeEnd), and returns it.
+func prefixEnd(dst []byte, prefix string) []byte {
+	copy(dst, prefix)
+	for i := len(dst) - 1; i >= 0; i-- {
+		if dst[i] < 0xff {
+			dst[i]++
+			return dst[: i+1 : i+1]
+		}
+	}
+	// All 0xff: every key from prefix on.
+	return []byte{0}
 }
 
 // deleteEntry deletes key if its create revision is rev: the entry we put,
@@ -98,14 +143,33 @@ func (d *driver) deleteEntry(ctx context.Context, key string, rev int64) (*clien
 	if d.kv == nil {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
 	}
-	k := []byte(key)
-	return d.send(ctx, &pb.TxnRequest{
-		Compare: []*pb.Compare{{
-			Result: pb.Compare_EQUAL, Target: pb.Compare_CREATE, Key: k,
-			TargetUnion: &pb.Compare_CreateRevision{CreateRevision: rev},
-		}},
-		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{
-			RequestDeleteRange: &pb.DeleteRangeRequest{Key: k},
-		}}},
-	})
+	t := new(deleteTxn)
+	return d.send(ctx, t.init([]byte(key), rev))
+}
+
+// deleteTxn is the transaction of deleteEntry with everything it points
+// to. A held lock carries its own, made with it.
+type deleteTxn struct {
+	req   pb.TxnRequest
+	cmps  [1]*pb.Compare
+	cmp   pb.Compare
+	rev   pb.Compare_CreateRevision
+	then  [1]*pb.RequestOp
+	op    pb.RequestOp
+	opDel pb.RequestOp_RequestDeleteRange
+	del   pb.DeleteRangeRequest
+}
+
+// init fills t in for key and rev and returns the request; t must not
+// move afterwards.
+func (t *deleteTxn) init(key []byte, rev int64) *pb.TxnRequest {
+	t.rev.CreateRevision = rev
+	t.cmp = pb.Compare{Result: pb.Compare_EQUAL, Target: pb.Compare_CREATE, Key: key, TargetUnion: &t.rev}
+	t.cmps[0] = &t.cmp
+	t.del.Key = key
+	t.opDel.RequestDeleteRange = &t.del
+	t.op.Request = &t.opDel
+	t.then[0] = &t.op
+	t.req = pb.TxnRequest{Compare: t.cmps[:], Success: t.then[:]}
+	return &t.req
 }

@@ -98,6 +98,9 @@ func TestRequestsMatchBuilder(t *testing.T) {
 		{"delete if ours", func(d *driver, ctx context.Context) (*clientv3.TxnResponse, error) {
 			return d.deleteEntry(ctx, key, rev)
 		}},
+		{"release", func(d *driver, ctx context.Context) (*clientv3.TxnResponse, error) {
+			return d.newHeld(key, rev, nil, nil).deleteEntry(ctx)
+		}},
 	}
 	for _, tc := range cases {
 		var got [2][]byte
@@ -134,5 +137,14 @@ func TestRequestsMatchBuilder(t *testing.T) {
 	}
 	if rev == 0 {
 		t.Error("no put succeeded: the delete case compared against nothing")
+	}
+}
+
+func TestPrefixEnd(t *testing.T) {
+	for _, p := range []string{"locker/a/", "a", "a\xff", "a\xff\xff", "\xff", ""} {
+		got := prefixEnd(make([]byte, len(p)), p)
+		if want := clientv3.GetPrefixRangeEnd(p); string(got) != want {
+			t.Errorf("prefixEnd(%q) = %q, want %q", p, got, want)
+		}
 	}
 }
