@@ -185,16 +185,13 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		}
 		return nil, opErr(op, key, err)
 	}
-	start = lk.start(acq, start)
+	lk.start(acq, start)
 	if !c.track(lk) {
 		// Closed while we were acquiring: give the lock back.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 		lk.Release(rctx)
 		return nil, opErr(op, key, ErrClosed)
-	}
-	if lk.autoRefresh {
-		c.wd.schedule(lk, start.Add(lk.ttl/3))
 	}
 	return lk, nil
 }

@@ -60,8 +60,9 @@ type lock struct {
 	slots [2]slot
 }
 
-// start records a new acquisition and returns when its TTL began.
-func (lk *lock) start(acq backend.Acquisition, start time.Time) time.Time {
+// start records a new acquisition whose TTL began at start (unless the
+// backend says when) and puts it in the watchdog's timetable.
+func (lk *lock) start(acq backend.Acquisition, start time.Time) {
 	if !acq.Start.IsZero() {
 		start = acq.Start
 	}
@@ -79,9 +80,12 @@ func (lk *lock) start(acq backend.Acquisition, start time.Time) time.Time {
 	lk.deadline = start.Add(validity)
 	lk.refreshStart = start
 	if lk.state == stateHeld { // the backend may have reported it lost already
-		lk.c.wd.expireAt(lk, lk.deadline)
+		var due time.Time
+		if lk.autoRefresh {
+			due = start.Add(lk.ttl / 3)
+		}
+		lk.c.wd.add(lk, lk.deadline, due)
 	}
-	return start
 }
 
 // expire runs at the local validity deadline. A lock still held is lost
@@ -274,9 +278,10 @@ func (lk *lock) release(ctx context.Context) error {
 		return err
 	}
 	// Lost closes as soon as the holder lets go, before the round trip.
+	// The watchdog no longer refreshes it; it leaves the timetable once
+	// gone.
 	lk.setStateLocked(stateLost, errReleased)
 	lk.mu.Unlock()
-	lk.c.wd.remove(lk)
 
 	err := lk.held.Release(ctx)
 	if err == nil || errors.Is(err, ErrNotHeld) {

@@ -26,7 +26,7 @@ type watchdog struct {
 	running bool
 	stopped bool
 	// timer wakes the loop when the first lock falls due; armed is when
-	// it is set to fire (zero: not set). put moves it earlier itself, so
+	// it is set to fire (zero: not set). putLocked moves it earlier itself, so
 	// queueing a lock costs no goroutine wake-up.
 	timer  *time.Timer
 	armed  time.Time
@@ -64,24 +64,48 @@ func newWatchdog(c *client) *watchdog {
 	return w
 }
 
-// schedule (re)queues lk to be refreshed at due.
-func (w *watchdog) schedule(lk *lock, due time.Time) { w.put(refreshHeap, lk, due) }
+// add queues a new lock: lk.expire runs at deadline, and unless due is
+// zero, the first refresh at due.
+func (w *watchdog) add(lk *lock, deadline, due time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.putLocked(expiryHeap, lk, deadline)
+	if !due.IsZero() {
+		w.putLocked(refreshHeap, lk, due)
+	}
+}
 
-// expireAt (re)sets when lk.expire runs: at its validity deadline.
-func (w *watchdog) expireAt(lk *lock, deadline time.Time) { w.put(expiryHeap, lk, deadline) }
+// schedule (re)queues lk to be refreshed at due.
+func (w *watchdog) schedule(lk *lock, due time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.putLocked(refreshHeap, lk, due)
+}
+
+// expireAt moves lk's validity deadline (lk.expire runs then).
+func (w *watchdog) expireAt(lk *lock, deadline time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.putLocked(expiryHeap, lk, deadline)
+}
 
 // remove takes lk out of the refresh timetable.
-func (w *watchdog) remove(lk *lock) { w.take(refreshHeap, lk) }
+func (w *watchdog) remove(lk *lock) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.takeLocked(refreshHeap, lk)
+}
 
 // forget takes lk out of the whole timetable.
 func (w *watchdog) forget(lk *lock) {
-	w.take(refreshHeap, lk)
-	w.take(expiryHeap, lk)
-}
-
-func (w *watchdog) put(kind int, lk *lock, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.takeLocked(refreshHeap, lk)
+	w.takeLocked(expiryHeap, lk)
+}
+
+// putLocked (re)queues lk in one heap at at; w.mu is held.
+func (w *watchdog) putLocked(kind int, lk *lock, at time.Time) {
 	if w.stopped {
 		return
 	}
@@ -102,12 +126,10 @@ func (w *watchdog) put(kind int, lk *lock, at time.Time) {
 	}
 }
 
-func (w *watchdog) take(kind int, lk *lock) {
-	w.mu.Lock()
+func (w *watchdog) takeLocked(kind int, lk *lock) {
 	if i := lk.slots[kind].index; i >= 0 {
 		heap.Remove(&w.heaps[kind], i)
 	}
-	w.mu.Unlock()
 }
 
 // arm sets the timer to fire at t; w.mu is held.
