@@ -26,8 +26,8 @@ type watchdog struct {
 	running bool
 	stopped bool
 	// timer wakes the loop when the first lock falls due; armed is when
-	// it is set to fire (zero: not set). putLocked moves it earlier itself, so
-	// queueing a lock costs no goroutine wake-up.
+	// it is set to fire (zero: not set). putLocked moves it earlier
+	// itself, so queueing a lock costs no goroutine wake-up.
 	timer  *time.Timer
 	armed  time.Time
 	ctx    context.Context // cancelled by stop; parent of every refresh
