@@ -75,15 +75,38 @@ func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease c
 	return d.send(ctx, newPutTxn(form, qp, key, lease))
 }
 
-// putTxn is a put transaction with everything it points to, so that it
-// takes one allocation instead of ten.
+// txnBlock is a transaction with at most one compare, on create
+// revisions, and one operation in its success branch, with everything
+// they point to, so that a request takes one allocation instead of ten.
+// It must not move once built.
+type txnBlock struct {
+	req  pb.TxnRequest
+	cmps [1]*pb.Compare
+	cmp  pb.Compare
+	rev  pb.Compare_CreateRevision
+	then [1]*pb.RequestOp
+	op   pb.RequestOp
+}
+
+// ifCreated makes the transaction apply only if the keys from key up to
+// end (key alone if end is nil) have create revision rev.
+func (t *txnBlock) ifCreated(key, end []byte, rev int64) {
+	t.rev.CreateRevision = rev
+	t.cmp = pb.Compare{Result: pb.Compare_EQUAL, Target: pb.Compare_CREATE, Key: key, RangeEnd: end, TargetUnion: &t.rev}
+	t.cmps[0] = &t.cmp
+	t.req.Compare = t.cmps[:]
+}
+
+// thenOp makes t.op, whose Request the caller has set, the success branch.
+func (t *txnBlock) thenOp() *pb.TxnRequest {
+	t.then[0] = &t.op
+	t.req.Success = t.then[:]
+	return &t.req
+}
+
+// putTxn is a putEntry transaction in one block.
 type putTxn struct {
-	req    pb.TxnRequest
-	cmps   [1]*pb.Compare
-	cmp    pb.Compare
-	free   pb.Compare_CreateRevision
-	then   [1]*pb.RequestOp
-	op     pb.RequestOp
+	txnBlock
 	opPut  pb.RequestOp_RequestPut
 	put    pb.PutRequest
 	orElse [1]*pb.RequestOp
@@ -102,14 +125,11 @@ func newPutTxn(form int, qp, key string, lease clientv3.LeaseID) *pb.TxnRequest 
 	t.put = pb.PutRequest{Key: k, Lease: int64(lease)}
 	t.opPut.RequestPut = &t.put
 	t.op.Request = &t.opPut
-	t.then[0] = &t.op
-	t.req.Success = t.then[:]
+	req := t.thenOp()
 	if form == putAlways {
-		return &t.req
+		return req
 	}
-	t.cmp = pb.Compare{Result: pb.Compare_EQUAL, Target: pb.Compare_CREATE, Key: prefix, RangeEnd: end, TargetUnion: &t.free}
-	t.cmps[0] = &t.cmp
-	t.req.Compare = t.cmps[:]
+	t.ifCreated(prefix, end, 0) // the queue is empty
 	if form == putIfFreeElseFirst {
 		t.rng = pb.RangeRequest{
 			Key: prefix, RangeEnd: end, Limit: 1,
@@ -118,9 +138,9 @@ func newPutTxn(form int, qp, key string, lease clientv3.LeaseID) *pb.TxnRequest 
 		t.opGet.RequestRange = &t.rng
 		t.get.Request = &t.opGet
 		t.orElse[0] = &t.get
-		t.req.Failure = t.orElse[:]
+		req.Failure = t.orElse[:]
 	}
-	return &t.req
+	return req
 }
 
 // prefixEnd writes into dst, as long as prefix, the end of the range of
@@ -147,29 +167,19 @@ func (d *driver) deleteEntry(ctx context.Context, key string, rev int64) (*clien
 	return d.send(ctx, t.init([]byte(key), rev))
 }
 
-// deleteTxn is the transaction of deleteEntry with everything it points
-// to. A held lock carries its own, made with it.
+// deleteTxn is a deleteEntry transaction in one block. A held lock
+// carries its own, made with it.
 type deleteTxn struct {
-	req   pb.TxnRequest
-	cmps  [1]*pb.Compare
-	cmp   pb.Compare
-	rev   pb.Compare_CreateRevision
-	then  [1]*pb.RequestOp
-	op    pb.RequestOp
+	txnBlock
 	opDel pb.RequestOp_RequestDeleteRange
 	del   pb.DeleteRangeRequest
 }
 
-// init fills t in for key and rev and returns the request; t must not
-// move afterwards.
+// init fills t in for key and rev and returns the request.
 func (t *deleteTxn) init(key []byte, rev int64) *pb.TxnRequest {
-	t.rev.CreateRevision = rev
-	t.cmp = pb.Compare{Result: pb.Compare_EQUAL, Target: pb.Compare_CREATE, Key: key, TargetUnion: &t.rev}
-	t.cmps[0] = &t.cmp
+	t.ifCreated(key, nil, rev)
 	t.del.Key = key
 	t.opDel.RequestDeleteRange = &t.del
 	t.op.Request = &t.opDel
-	t.then[0] = &t.op
-	t.req = pb.TxnRequest{Compare: t.cmps[:], Success: t.then[:]}
-	return &t.req
+	return t.thenOp()
 }
