@@ -103,12 +103,9 @@ func (lk *lock) expire() {
 		lk.mu.Unlock()
 		return
 	}
-	held := lk.state == stateHeld
+	// A refresh due later finds the lock no longer held and is dropped.
 	lk.setStateLocked(stateLost, errExpired)
 	lk.mu.Unlock()
-	if held {
-		lk.c.wd.remove(lk)
-	}
 	if e, ok := lk.held.(backend.Expirer); ok {
 		e.Expire()
 	}

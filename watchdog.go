@@ -89,13 +89,6 @@ func (w *watchdog) expireAt(lk *lock, deadline time.Time) {
 	w.putLocked(expiryHeap, lk, deadline)
 }
 
-// remove takes lk out of the refresh timetable.
-func (w *watchdog) remove(lk *lock) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.takeLocked(refreshHeap, lk)
-}
-
 // forget takes lk out of the whole timetable.
 func (w *watchdog) forget(lk *lock) {
 	w.mu.Lock()
@@ -165,11 +158,16 @@ func (w *watchdog) loop() {
 		for expiry.Len() > 0 && !expiry.first().After(now) {
 			expired = append(expired, heap.Pop(expiry).(*lock))
 		}
-		w.armed = time.Time{}
-		for _, h := range w.heaps {
-			if h.Len() > 0 && (w.armed.IsZero() || h.first().Before(w.armed)) {
-				w.arm(h.first())
+		var next time.Time
+		for i := range w.heaps {
+			if h := &w.heaps[i]; h.Len() > 0 && (next.IsZero() || h.first().Before(next)) {
+				next = h.first()
 			}
+		}
+		if next.IsZero() {
+			w.armed = time.Time{}
+		} else {
+			w.arm(next)
 		}
 		if len(batch) > 0 {
 			w.wg.Add(1)

@@ -182,8 +182,8 @@ type BatchRefresher interface {
 // failed in transit may have left it on the server; Lost is closed by
 // then. Expire removes the lock from the server if it is still ours (it
 // may block for that request) and does nothing if the lock was released
-// meanwhile. Package locker's one validity timer per lock thus serves as
-// the driver's expiry too, and the driver keeps no deadline of its own: its
+// meanwhile. Package locker's validity deadline for each lock thus serves
+// as the driver's expiry too, and the driver keeps no deadline of its own: its
 // TTL reports what its server allows (a lease's or a session's life), and
 // package locker reports the smaller of that and the lock's validity.
 type Expirer interface {

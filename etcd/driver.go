@@ -519,10 +519,9 @@ type held struct {
 
 	origin *lease // the lease whose name the entry bears
 
-	// The entry's compare-and-delete, built once (requests.go); nil when
-	// requests go through the client's KV.
-	delete *pb.TxnRequest
-	del    deleteTxn
+	// The entry's compare-and-delete, built once when requests go to the
+	// connection directly (requests.go).
+	del deleteTxn
 
 	mu     sync.Mutex
 	lease  *lease   // the lease the entry is on
@@ -533,15 +532,15 @@ type held struct {
 func (d *driver) newHeld(key string, rev int64, onLost func(error), l *lease) *held {
 	h := &held{d: d, key: key, rev: rev, onLost: onLost, lease: l, origin: l}
 	if d.kv != nil {
-		h.delete = h.del.init([]byte(key), rev)
+		h.del.init([]byte(key), rev)
 	}
 	return h
 }
 
 // deleteEntry deletes our entry if it is still the one we put.
 func (h *held) deleteEntry(ctx context.Context) (*clientv3.TxnResponse, error) {
-	if h.delete != nil {
-		return h.d.send(ctx, h.delete)
+	if h.d.kv != nil {
+		return h.d.send(ctx, &h.del.req)
 	}
 	return h.d.deleteEntry(ctx, h.key, h.rev)
 }

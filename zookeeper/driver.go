@@ -606,8 +606,8 @@ func (d *driver) describe(err error, key string) error {
 // held is a lock we hold: our node, in a session whose timeout is the
 // lock's TTL. While the process lives the session stays alive on its own,
 // so the lock's TTL is also enforced here: unless refreshed, the node is
-// deleted when the TTL runs out (Expire, called by package locker's
-// validity timer), as a server would expire a key.
+// deleted when the TTL runs out (Expire, called by package locker at the
+// lock's validity deadline), as a server would expire a key.
 type held struct {
 	d      *driver
 	path   string
@@ -623,7 +623,7 @@ type held struct {
 }
 
 // extend records the TTL after a successful refresh (package locker's
-// validity timer restarts it).
+// validity deadline moves with it).
 func (h *held) extend(ttl time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
