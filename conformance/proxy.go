@@ -17,6 +17,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	cut     bool
+	drop    bool // discard what servers send
 	latency time.Duration
 	closed  bool
 	done    chan struct{} // closed by Close
@@ -66,6 +67,18 @@ func (p *Proxy) Restore() {
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
+	p.mu.Unlock()
+}
+
+// DropReplies, while on, discards everything servers send to clients:
+// requests still arrive and are applied, their replies never come back.
+// The clients' connections stay open, so a client waits for those replies
+// until its own timeout, or until Cut drops the connections. Turning it
+// off does not bring back what was discarded; connections that lost
+// replies are best dropped with Cut before it is turned off.
+func (p *Proxy) DropReplies(on bool) {
+	p.mu.Lock()
+	p.drop = on
 	p.mu.Unlock()
 }
 
@@ -127,8 +140,8 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go p.pipe(server, client, done)
-	go p.pipe(client, server, done)
+	go p.pipe(server, client, false, done)
+	go p.pipe(client, server, true, done)
 	<-done
 	client.Close()
 	server.Close()
@@ -139,15 +152,16 @@ func (p *Proxy) serve(client net.Conn) {
 	p.mu.Unlock()
 }
 
-func (p *Proxy) pipe(dst, src net.Conn, done chan<- struct{}) {
+// pipe copies src to dst; replies says that src is the server.
+func (p *Proxy) pipe(dst, src net.Conn, replies bool, done chan<- struct{}) {
 	defer func() { done <- struct{}{} }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			lat := p.latency
-			p.mu.Unlock()
+		p.mu.Lock()
+		lat, drop := p.latency, replies && p.drop
+		p.mu.Unlock()
+		if n > 0 && !drop {
 			if lat > 0 {
 				t := time.NewTimer(lat)
 				select {

@@ -1,0 +1,131 @@
+package conformance
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// echoServer echoes every byte it reads and reports it on the returned
+// channel, so a test knows what reached the server. After echoing a '.'
+// it closes the connection.
+func echoServer(t *testing.T) (addr string, got <-chan byte) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan byte, 64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := make([]byte, 1)
+				for {
+					if _, err := c.Read(b); err != nil {
+						return
+					}
+					ch <- b[0]
+					if _, err := c.Write(b); err != nil || b[0] == '.' {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String(), ch
+}
+
+func roundTrip(t *testing.T, c net.Conn, b byte) byte {
+	t.Helper()
+	if _, err := c.Write([]byte{b}); err != nil {
+		t.Fatal(err)
+	}
+	r := make([]byte, 1)
+	if _, err := io.ReadFull(c, r); err != nil {
+		t.Fatal(err)
+	}
+	return r[0]
+}
+
+func TestProxy(t *testing.T) {
+	addr, got := echoServer(t)
+	p, err := NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Target() != addr {
+		t.Fatalf("Target() = %q, want %q", p.Target(), addr)
+	}
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if r := roundTrip(t, c, 'a'); r != 'a' || <-got != 'a' {
+		t.Fatalf("echo through the proxy: got %q", r)
+	}
+
+	// DropReplies: the request arrives, its reply is discarded. The server
+	// ends the connection after its reply to '.', so the client reads the
+	// end of the stream without the reply.
+	p.DropReplies(true)
+	if _, err := c.Write([]byte{'.'}); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; b != '.' {
+		t.Fatalf("the server read %q, want '.'", b)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n > 0 {
+		t.Fatal("the reply to a request sent while replies were dropped came through")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the connection the server ended stayed open")
+	}
+	p.DropReplies(false)
+	c, err = net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if r := roundTrip(t, c, 'b'); r != 'b' || <-got != 'b' {
+		t.Fatalf("echo after DropReplies(false): got %q", r)
+	}
+
+	// Cut: open connections end, new ones are refused until Restore.
+	p.Cut()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n > 0 {
+		t.Fatal("a connection read data after Cut")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("Cut did not close the open connection")
+	}
+
+	// While cut, new connections are refused until Restore.
+	if c2, err := net.Dial("tcp", p.Addr()); err == nil {
+		c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err := c2.Read(make([]byte, 1))
+		c2.Close()
+		if err == nil {
+			t.Fatal("a connection made while cut carried data")
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("a connection made while cut was not closed")
+		}
+	}
+	p.Restore()
+	c3, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if r := roundTrip(t, c3, 'd'); r != 'd' {
+		t.Fatalf("echo after Restore: got %q", r)
+	}
+}
