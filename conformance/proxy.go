@@ -17,7 +17,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	cut     bool
-	drop    bool // discard what servers send
+	hold    chan struct{} // while non-nil, replies wait for it to close
 	latency time.Duration
 	closed  bool
 	done    chan struct{} // closed by Close
@@ -70,16 +70,21 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Unlock()
 }
 
-// DropReplies, while on, discards everything servers send to clients:
-// requests still arrive and are applied, their replies never come back.
-// The clients' connections stay open, so a client waits for those replies
-// until its own timeout, or until Cut drops the connections. Turning it
-// off does not bring back what was discarded; connections that lost
-// replies are best dropped with Cut before it is turned off.
-func (p *Proxy) DropReplies(on bool) {
+// HoldReplies, while on, holds back everything servers send to clients:
+// requests still arrive and are applied, their replies wait in the proxy.
+// Turning it off delivers what was held, in order, as if after a long
+// delay. Cut drops what is held along with the connections, so Cut while
+// holding is a reply lost after its request was applied.
+func (p *Proxy) HoldReplies(on bool) {
 	p.mu.Lock()
-	p.drop = on
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.hold == nil:
+		p.hold = make(chan struct{})
+	case !on && p.hold != nil:
+		close(p.hold)
+		p.hold = nil
+	}
 }
 
 // Close stops the proxy and drops its connections.
@@ -158,10 +163,20 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool, done chan<- struct{}) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		p.mu.Lock()
-		lat, drop := p.latency, replies && p.drop
-		p.mu.Unlock()
-		if n > 0 && !drop {
+		if n > 0 {
+			p.mu.Lock()
+			lat, hold := p.latency, p.hold
+			p.mu.Unlock()
+			if !replies {
+				hold = nil
+			}
+			if hold != nil {
+				select {
+				case <-hold:
+				case <-p.done:
+					return
+				}
+			}
 			if lat > 0 {
 				t := time.NewTimer(lat)
 				select {

@@ -73,42 +73,48 @@ func TestProxy(t *testing.T) {
 		t.Fatalf("echo through the proxy: got %q", r)
 	}
 
-	// DropReplies: the request arrives, its reply is discarded. The server
-	// ends the connection after its reply to '.', so the client reads the
-	// end of the stream without the reply.
-	p.DropReplies(true)
+	// HoldReplies: the request arrives, its reply waits in the proxy until
+	// released. The server ends the connection after its reply to '.', so
+	// a reply that was not held would reach the client at once.
+	p.HoldReplies(true)
 	if _, err := c.Write([]byte{'.'}); err != nil {
 		t.Fatal(err)
 	}
 	if b := <-got; b != '.' {
 		t.Fatalf("the server read %q, want '.'", b)
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); n > 0 {
-		t.Fatal("the reply to a request sent while replies were dropped came through")
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatal("the connection the server ended stayed open")
+	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, _ := c.Read(make([]byte, 1)); n > 0 {
+		t.Fatal("a reply came through while replies were held")
 	}
-	p.DropReplies(false)
+	p.HoldReplies(false)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(c); err != nil || string(b) != "." {
+		t.Fatalf("after HoldReplies(false) the client read %q, %v; want the held reply and the end of the stream", b, err)
+	}
+
+	// Cut while holding: the held reply is lost with the connection, and
+	// new connections are refused until Restore.
+	p.HoldReplies(true)
 	c, err = net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if r := roundTrip(t, c, 'b'); r != 'b' || <-got != 'b' {
-		t.Fatalf("echo after DropReplies(false): got %q", r)
+	if _, err := c.Write([]byte{'b'}); err != nil {
+		t.Fatal(err)
 	}
-
-	// Cut: open connections end, new ones are refused until Restore.
+	if b := <-got; b != 'b' {
+		t.Fatalf("the server read %q, want 'b'", b)
+	}
 	p.Cut()
+	p.HoldReplies(false)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if n, err := c.Read(make([]byte, 1)); n > 0 {
-		t.Fatal("a connection read data after Cut")
+		t.Fatal("a reply held when the connection was cut came through")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("Cut did not close the open connection")
 	}
-
-	// While cut, new connections are refused until Restore.
 	if c2, err := net.Dial("tcp", p.Addr()); err == nil {
 		c2.SetReadDeadline(time.Now().Add(10 * time.Second))
 		_, err := c2.Read(make([]byte, 1))
@@ -120,12 +126,12 @@ func TestProxy(t *testing.T) {
 		}
 	}
 	p.Restore()
-	c3, err := net.Dial("tcp", p.Addr())
+	c, err = net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c3.Close()
-	if r := roundTrip(t, c3, 'd'); r != 'd' {
+	defer c.Close()
+	if r := roundTrip(t, c, 'c'); r != 'c' || <-got != 'c' {
 		t.Fatalf("echo after Restore: got %q", r)
 	}
 }

@@ -87,7 +87,7 @@ func (r *recorder) count(typ mvccpb.Event_EventType) int {
 }
 
 // TestLostReplyCleanup: an acquire whose request is applied but whose reply
-// never arrives (the caller's deadline passes while the request is on the
+// never arrives (the caller's context ends while the request is on the
 // server) must delete what it created before it reports the failure.
 func TestLostReplyCleanup(t *testing.T) {
 	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
@@ -106,49 +106,48 @@ func TestLostReplyCleanup(t *testing.T) {
 			}
 			warm.Release(ctx)
 
-			// The proxy delays each direction by lat; the deadline falls
-			// between the request's arrival and the reply's. Try a few
-			// settings until the server is seen applying the request.
-			for _, lat := range []time.Duration{20, 30, 50, 80, 120} {
-				lat *= time.Millisecond
-				key := uniqueKey("lost-reply")
-				rec := watchPrefix(t, raw, etcd.QueuePrefix(etcd.DefaultNamespace, key))
-				p.SetLatency(lat)
-				actx, cancel := context.WithTimeout(ctx, lat+lat/2)
+			// The proxy holds the server's replies back; once the put is
+			// seen applied, the caller gives up. The call may return only
+			// after its cleanup, whose reply is held too: release the
+			// replies once the cleanup's delete is seen.
+			key := uniqueKey("lost-reply")
+			rec := watchPrefix(t, raw, etcd.QueuePrefix(etcd.DefaultNamespace, key))
+			p.HoldReplies(true)
+			actx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() {
 				var lk locker.Lock
+				var err error
 				if mode == "acquire" {
 					lk, err = slow.Acquire(actx, key)
 				} else {
 					lk, err = slow.TryAcquire(actx, key)
 				}
-				cancel()
-				p.SetLatency(0)
 				if err == nil {
 					lk.Release(ctx)
-					continue // answered within the deadline after all
 				}
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("%s with a deadline shorter than its round trip: %v, want a deadline error", mode, err)
-				}
-				testenv.WaitFor(t, 5*time.Second, "the watch sees the events", func() bool {
-					return rec.count(mvccpb.PUT) == 0 || rec.count(mvccpb.DELETE) > 0
-				})
-				if rec.count(mvccpb.PUT) == 0 {
-					continue // the request did not reach the server in time: try a longer latency
-				}
-				// The put was applied and its reply lost: the cleanup must
-				// have deleted it before the call returned.
-				if q := queue(t, raw, etcd.QueuePrefix(etcd.DefaultNamespace, key)); len(q) != 0 {
-					t.Fatalf("after the failed %s its entry is still queued: %q", mode, q)
-				}
-				lk, err := other.TryAcquire(ctx, key)
-				if err != nil {
-					t.Fatalf("the lost acquire left the key taken: %v", err)
-				}
-				lk.Release(ctx)
-				return
+				errc <- err
+			}()
+			testenv.WaitFor(t, 10*time.Second, "the server applies the put", func() bool {
+				return rec.count(mvccpb.PUT) > 0
+			})
+			cancel()
+			testenv.WaitFor(t, 10*time.Second, "the server applies the cleanup's delete", func() bool {
+				return rec.count(mvccpb.DELETE) > 0
+			})
+			p.HoldReplies(false)
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s cancelled while its reply was held: %v, want a cancellation error", mode, err)
 			}
-			t.Fatal("no setting made the server apply the request after the caller's deadline; the test proved nothing")
+			if q := queue(t, raw, etcd.QueuePrefix(etcd.DefaultNamespace, key)); len(q) != 0 {
+				t.Fatalf("after the failed %s its entry is still queued: %q", mode, q)
+			}
+			lk, err := other.TryAcquire(ctx, key)
+			if err != nil {
+				t.Fatalf("the lost acquire left the key taken: %v", err)
+			}
+			lk.Release(ctx)
 		})
 	}
 }
@@ -167,60 +166,46 @@ func TestRetriedReleaseSparesNewerHolder(t *testing.T) {
 		b, c := open(t, "etcd://"+addr), open(t, "etcd://"+addr)
 		key := uniqueKey("retried-release")
 		prefix := etcd.QueuePrefix(etcd.DefaultNamespace, key)
-		for _, lat := range []time.Duration{20, 30, 50, 80, 120} {
-			lat *= time.Millisecond
-			lkA, err := a.Acquire(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := watchPrefix(t, raw, prefix)
-			p.SetLatency(lat)
-			rctx, cancel := context.WithTimeout(ctx, lat+lat/2)
-			err = lkA.Release(rctx)
-			cancel()
-			p.SetLatency(0)
-			if err == nil {
-				continue
-			}
-			// The reply was lost, or the request was: on a loaded machine the
-			// deadline can pass before the request leaves. Only the first
-			// case tests anything; in the second A still holds the lock, its
-			// retried Release must succeed, and the next latency is tried.
-			applied := false
-			for deadline := time.Now().Add(2 * time.Second); !applied && time.Now().Before(deadline); {
-				applied = len(queue(t, raw, prefix)) == 0
-				if !applied {
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
-			if !applied {
-				if err := lkA.Release(ctx); err != nil {
-					t.Fatalf("A's entry is still there after a failed Release, but the retry failed: %v", err)
-				}
-				continue
-			}
-			if rec.count(mvccpb.DELETE) == 0 {
-				t.Fatal("queue empty but no delete seen")
-			}
-			lkB, err := b.TryAcquire(ctx, key)
-			if err != nil {
-				t.Fatalf("B after A's release was applied: %v", err)
-			}
-			if err := lkA.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
-				t.Fatalf("A's retried Release = %v, want ErrNotHeld", err)
-			}
-			if _, err := c.TryAcquire(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
-				t.Fatalf("after A's retried Release, C's TryAcquire = %v, want ErrNotAcquired (B holds)", err)
-			}
-			if testenv.Closed(lkB.Lost()) {
-				t.Fatal("B's Lost closed after A's retried Release")
-			}
-			if err := lkB.Release(ctx); err != nil {
-				t.Fatalf("B's Release: %v", err)
-			}
-			return
+		lkA, err := a.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Fatal("no Release reply was lost at any latency; the test proved nothing")
+		// A's delete is applied and its reply held back; A gives up
+		// waiting for it.
+		rec := watchPrefix(t, raw, prefix)
+		p.HoldReplies(true)
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { errc <- lkA.Release(rctx) }()
+		testenv.WaitFor(t, 10*time.Second, "the server applies A's delete", func() bool {
+			return rec.count(mvccpb.DELETE) > 0
+		})
+		cancel()
+		err = <-errc
+		p.HoldReplies(false)
+		if err == nil {
+			t.Fatal("A's Release succeeded without its reply")
+		}
+		if q := queue(t, raw, prefix); len(q) != 0 {
+			t.Fatalf("queue %q after A's delete was applied, want it empty", q)
+		}
+		lkB, err := b.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatalf("B after A's release was applied: %v", err)
+		}
+		if err := lkA.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+			t.Fatalf("A's retried Release = %v, want ErrNotHeld", err)
+		}
+		if _, err := c.TryAcquire(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Fatalf("after A's retried Release, C's TryAcquire = %v, want ErrNotAcquired (B holds)", err)
+		}
+		if testenv.Closed(lkB.Lost()) {
+			t.Fatal("B's Lost closed after A's retried Release")
+		}
+		if err := lkB.Release(ctx); err != nil {
+			t.Fatalf("B's Release: %v", err)
+		}
 	})
 
 	// The same with the name reused: with etcd's own Mutex a holder's key

@@ -215,13 +215,16 @@ func TestConfigUnavailable(t *testing.T) {
 }
 
 // TestLostReplyCleanup: an acquire whose reply never arrives (the caller's
-// deadline passes while the script runs on the server) must not leave an
-// orphan lock behind.
+// deadline passes while the reply is on its way) must not leave an orphan
+// lock behind.
 func TestLostReplyCleanup(t *testing.T) {
 	addr := hostOf(t, testenv.Get(t, testenv.RedisURL))
 	p := testenv.Proxy(t, addr)
 	ctx := context.Background()
-	slow, err := locker.Open(ctx, "redis://"+p.Addr())
+	// As locker.Open builds its client: context deadlines bound reads.
+	gc := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	defer gc.Close()
+	slow, err := redis.New(gc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,17 +234,53 @@ func TestLostReplyCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-
+	raw := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer raw.Close()
 	key := fmt.Sprintf("lost-reply/%d", time.Now().UnixNano())
-	p.SetLatency(20 * time.Millisecond) // each way
-	actx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
-	_, err = slow.TryAcquire(actx, key, locker.WithTTL(time.Minute))
-	cancel()
-	if err == nil {
-		t.Fatal("TryAcquire succeeded within a deadline shorter than its round trip")
+	exists := func() bool {
+		n, err := raw.Exists(ctx, redis.LockKey(key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
 	}
-	// The request reached the server (20 ms) before the deadline (30 ms):
-	// the lock was taken, and the reply lost. It must be gone now.
+
+	// Open two connections first, by two blocking pops at once: the
+	// acquire times out on one and the cleanup goes out on the other. A new
+	// connection would wait for its handshake's replies.
+	pops := make(chan error, 2)
+	for range 2 {
+		go func() { pops <- gc.BLPop(ctx, time.Second, key+"/none").Err() }()
+	}
+	for range 2 {
+		if err := <-pops; !errors.Is(err, goredis.Nil) {
+			t.Fatalf("BLPOP of an empty list: %v", err)
+		}
+	}
+	if n := gc.PoolStats().IdleConns; n < 2 {
+		t.Fatalf("%d idle connections after two concurrent pops, want 2", n)
+	}
+
+	// The proxy holds the server's replies back. The lock is taken on the
+	// server, the caller's deadline passes, and the cleanup (whose reply is
+	// held too) must delete the lock before TryAcquire returns.
+	p.HoldReplies(true)
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		lk, err := slow.TryAcquire(actx, key, locker.WithTTL(time.Minute))
+		if err == nil {
+			lk.Release(ctx)
+		}
+		errc <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the server takes the lock", exists)
+	testenv.WaitFor(t, 10*time.Second, "the cleanup deletes the lock", func() bool { return !exists() })
+	p.HoldReplies(false)
+	if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire whose reply was held past its deadline: %v, want a deadline error", err)
+	}
 	lk, err := other.TryAcquire(ctx, key)
 	if err != nil {
 		t.Fatalf("the lost acquire left the key taken: %v", err)

@@ -526,14 +526,15 @@ func TestLostReplyFoundAgain(t *testing.T) {
 	}
 
 	// From the moment the create is about to be sent, the server's replies
-	// are discarded: the create is applied, its reply never comes back.
-	// Once another client sees the node, the connection is dropped; the
-	// session survives, and the acquisition must find the node again.
+	// are held back: the create is applied, its reply waits in the proxy.
+	// Once another client sees the node, the connection is cut, which loses
+	// the reply; the session survives, and the acquisition must find the
+	// node again.
 	recovered := make(chan string, 1)
 	zookeeper.SetHooks(t, zookeeper.Hooks{
 		BeforeCreate: func(prefix string) {
 			if strings.Contains(prefix, zookeeper.EncodeKey("k")+"/") {
-				p.DropReplies(true)
+				p.HoldReplies(true)
 			}
 		},
 		Recovered: func(path string) { recovered <- path },
@@ -551,7 +552,7 @@ func TestLostReplyFoundAgain(t *testing.T) {
 		return len(lockNodes(t, c, base, "k")) > 0
 	})
 	p.Cut()
-	p.DropReplies(false)
+	p.HoldReplies(false)
 	p.Restore()
 	r := <-done
 	if r.err != nil {
@@ -562,7 +563,7 @@ func TestLostReplyFoundAgain(t *testing.T) {
 	select {
 	case path = <-recovered:
 	default:
-		t.Fatal("the acquisition got its lock without recovering the create whose reply was dropped")
+		t.Fatal("the acquisition got its lock without recovering the create whose reply was lost")
 	}
 	nodes := lockNodes(t, c, base, "k")
 	if len(nodes) != 1 || !strings.HasSuffix(path, "/"+nodes[0]) {
