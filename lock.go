@@ -98,8 +98,9 @@ func (lk *lock) expire() {
 		lk.mu.Unlock()
 		return
 	}
-	if time.Until(lk.deadline) > 0 { // refreshed meanwhile
-		lk.c.wd.expireAt(lk, lk.deadline)
+	if time.Until(lk.deadline) > 0 {
+		// Refreshed meanwhile: refreshed queued the new deadline, in the
+		// same section as it set it.
 		lk.mu.Unlock()
 		return
 	}

@@ -54,6 +54,30 @@ func roundTrip(t *testing.T, c net.Conn, b byte) byte {
 	return r[0]
 }
 
+// sendSeen writes b to c and waits until the server has read it.
+func sendSeen(t *testing.T, c net.Conn, got <-chan byte, b byte) {
+	t.Helper()
+	if _, err := c.Write([]byte{b}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r != b {
+		t.Fatalf("the server read %q, want %q", r, b)
+	}
+}
+
+// wantEnded fails unless c's stream ends without data; what names c.
+func wantEnded(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	if n > 0 {
+		t.Fatalf("%s carried data", what)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("%s was not closed", what)
+	}
+}
+
 func TestProxy(t *testing.T) {
 	addr, got := echoServer(t)
 	p, err := NewProxy(addr)
@@ -77,12 +101,7 @@ func TestProxy(t *testing.T) {
 	// released. The server ends the connection after its reply to '.', so
 	// a reply that was not held would reach the client at once.
 	p.HoldReplies(true)
-	if _, err := c.Write([]byte{'.'}); err != nil {
-		t.Fatal(err)
-	}
-	if b := <-got; b != '.' {
-		t.Fatalf("the server read %q, want '.'", b)
-	}
+	sendSeen(t, c, got, '.')
 	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if n, _ := c.Read(make([]byte, 1)); n > 0 {
 		t.Fatal("a reply came through while replies were held")
@@ -101,29 +120,13 @@ func TestProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte{'b'}); err != nil {
-		t.Fatal(err)
-	}
-	if b := <-got; b != 'b' {
-		t.Fatalf("the server read %q, want 'b'", b)
-	}
+	sendSeen(t, c, got, 'b')
 	p.Cut()
 	p.HoldReplies(false)
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); n > 0 {
-		t.Fatal("a reply held when the connection was cut came through")
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatal("Cut did not close the open connection")
-	}
+	wantEnded(t, c, "the connection cut while its reply was held")
 	if c2, err := net.Dial("tcp", p.Addr()); err == nil {
-		c2.SetReadDeadline(time.Now().Add(10 * time.Second))
-		_, err := c2.Read(make([]byte, 1))
+		wantEnded(t, c2, "a connection made while cut")
 		c2.Close()
-		if err == nil {
-			t.Fatal("a connection made while cut carried data")
-		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			t.Fatal("a connection made while cut was not closed")
-		}
 	}
 	p.Restore()
 	c, err = net.Dial("tcp", p.Addr())

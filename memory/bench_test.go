@@ -1,10 +1,10 @@
 package memory_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/benchkit"
 	"github.com/distlock/locker/memory"
 )
 
@@ -26,17 +26,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			l := memory.New(nil)
 			defer l.Close()
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				lk, err := l.Acquire(ctx, "bench", tc.opts...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lk.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchkit.AcquireRelease(b, l, "bench", tc.opts...)
 		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 // TestCallOutcome: the outcome of a request goes to exactly one side.
 // When the caller gets it, the undo must not run (it would, say, delete
 // the node the caller just took as its lock); when the caller gave up, the
-// undo runs once, with the request's outcome.
+// undo runs once, with the request's outcome, before the call returns.
 func TestCallOutcome(t *testing.T) {
 	s := &session{}
 	ep := newEpoch()
@@ -51,6 +51,9 @@ func TestCallOutcome(t *testing.T) {
 	}, func(err error) { got <- err })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("call whose context ended first = %v, want context.Canceled", err)
+	}
+	if len(got) == 0 {
+		t.Fatal("a call whose context ended returned before the undo ran")
 	}
 	select {
 	case e := <-got:

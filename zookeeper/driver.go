@@ -297,7 +297,6 @@ func (d *driver) create(ctx context.Context, s *session, ep *epoch, parent, guid
 			return ourNode{}, err // nothing sent, nothing to undo
 		}
 		var node ourNode
-		undone := make(chan struct{}) // closed once an abandoned create is undone
 		err := s.call(ctx, ep, func() error {
 			if h := testHooks.Load(); h != nil && h.beforeCreate != nil {
 				h.beforeCreate(prefix)
@@ -327,9 +326,8 @@ func (d *driver) create(ctx context.Context, s *session, ep *epoch, parent, guid
 			return err
 		}, func(err error) {
 			// The caller gave up first; undo whatever the create did: at
-			// once if the delete goes through (the caller waits for that
-			// below), else in the background.
-			defer close(undone)
+			// once if the delete goes through (a cancelled caller waits for
+			// that in s.call), else in the background.
 			switch {
 			case err == nil:
 				if derr := s.conn.Delete(node.path, -1); derr != nil && !errors.Is(derr, zk.ErrNoNode) {
@@ -339,17 +337,6 @@ func (d *driver) create(ctx context.Context, s *session, ep *epoch, parent, guid
 				s.cleanupGUID(parent, guid)
 			}
 		})
-		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-			// Cancelled while the create (and the listing behind it) was
-			// in flight: wait for the undo, within cleanupTimeout, so that
-			// a cancelled Acquire leaves no node behind when it returns.
-			t := time.NewTimer(cleanupTimeout)
-			select {
-			case <-undone:
-			case <-t.C:
-			}
-			t.Stop()
-		}
 		switch {
 		case err == nil:
 			return node, nil
@@ -659,10 +646,6 @@ func (h *held) lost(err error) {
 // would on a server with expiring keys.
 func (h *held) Expire() {
 	h.mu.Lock()
-	if h.done {
-		h.mu.Unlock()
-		return
-	}
 	s, ttl := h.s, h.ttl
 	h.mu.Unlock()
 	if !h.finish() {

@@ -184,8 +184,11 @@ func (s *session) unregister(h *held) {
 
 // call runs fn, a blocking request on the session's connection, and
 // returns its error; or, if ctx ends or the epoch ep ends first, that
-// error at once. fn then runs on in the background, and abandoned (if not
-// nil) runs after it with fn's error, to undo what fn may have done.
+// error. fn then runs on in the background, and abandoned (if not nil)
+// runs after it with fn's error, to undo what fn may have done. When ctx
+// ended, call waits for that undo, within cleanupTimeout, so that a
+// cancelled request leaves nothing behind when it returns; when the
+// epoch ended, it returns at once (the undo waits for a new connection).
 func (s *session) call(ctx context.Context, ep *epoch, fn func() error, abandoned func(error)) error {
 	if ctx.Done() == nil {
 		// Cannot be cancelled: no goroutine. The client library fails
@@ -219,6 +222,7 @@ func (s *session) call(ctx context.Context, ep *epoch, fn func() error, abandone
 			done <- err
 		} else if abandoned != nil {
 			abandoned(err)
+			done <- nil // undone; the caller may be waiting for that
 		}
 	}()
 	var err error
@@ -232,6 +236,14 @@ func (s *session) call(ctx context.Context, ep *epoch, fn func() error, abandone
 	}
 	if !state.CompareAndSwap(running, gaveUp) {
 		return <-done // fn finished just now: its outcome stands
+	}
+	if abandoned != nil && err == ctx.Err() {
+		t := time.NewTimer(cleanupTimeout)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	return err
 }
