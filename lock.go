@@ -49,12 +49,23 @@ type lock struct {
 	fence  uint64
 	fenced bool
 
-	mu           sync.Mutex
-	state        lockState
-	cause        error
-	ttl          time.Duration
-	deadline     time.Time // local validity deadline, monotonic clock
-	refreshStart time.Time // start of the newest refresh applied
+	mu       sync.Mutex
+	state    lockState
+	cause    error
+	ttl      time.Duration
+	deadline time.Time // local validity deadline, monotonic clock
+	lostAt   time.Time // when Lost closed
+
+	// One refresh at a time per lock, the watchdog's and the user's alike
+	// (see refresh). refreshing says a refresh holds the slot; a caller
+	// waiting for it makes slotFree, closed when the slot is given back.
+	refreshing bool
+	slotFree   chan struct{}
+	// unsureTTL is the smallest TTL of a refresh whose outcome is unknown
+	// (a transport error or a cancelled call): it may still reach the
+	// server after any later refresh and cut the lock's life to that TTL
+	// from its arrival. 0: there was none.
+	unsureTTL time.Duration
 
 	// Places in the watchdog's timetable, owned by it (under its mutex).
 	slots [2]slot
@@ -77,8 +88,7 @@ func (lk *lock) start(acq backend.Acquisition, start time.Time) {
 	if validity <= 0 {
 		validity = lk.ttl - lk.c.drift(lk.ttl)
 	}
-	lk.deadline = start.Add(validity)
-	lk.refreshStart = start
+	lk.deadline = lk.capLocked(start.Add(validity))
 	if lk.state == stateHeld { // the backend may have reported it lost already
 		var due time.Time
 		if lk.autoRefresh {
@@ -135,6 +145,7 @@ func (lk *lock) setStateLocked(s lockState, cause error) {
 		return
 	}
 	if lk.state == stateHeld {
+		lk.lostAt = time.Now()
 		close(lk.lost)
 	}
 	// The deadline stays in the watchdog's timetable while the lock may
@@ -164,6 +175,15 @@ func (lk *lock) Key() string           { return lk.key }
 func (lk *lock) Token() string         { return lk.token }
 func (lk *lock) Lost() <-chan struct{} { return lk.lost }
 
+func (lk *lock) Until() time.Time {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.state != stateHeld && lk.lostAt.Before(lk.deadline) {
+		return lk.lostAt
+	}
+	return lk.deadline
+}
+
 func (lk *lock) Fence() (uint64, bool) {
 	if !lk.fenced {
 		return 0, false
@@ -178,54 +198,135 @@ func (lk *lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := lk.c.checkTTL(ttl); err != nil {
 		return opErr("refresh", lk.key, err)
 	}
-	if err := lk.refresh(ctx, ttl); err != nil {
+	if err := lk.takeSlot(ctx); err != nil {
 		return opErr("refresh", lk.key, err)
 	}
-	if lk.autoRefresh {
-		lk.c.wd.schedule(lk, time.Now().Add(ttl/3))
+	start := time.Now()
+	err := lk.held.Refresh(ctx, ttl)
+	return opErr("refresh", lk.key, lk.refreshed(start, ttl, err))
+}
+
+// takeSlot waits until no other refresh of lk is in flight and takes the
+// slot; refreshed gives it back. Refreshes of one lock are serialised, the
+// watchdog's and the user's alike, so that the one applied last on the
+// server is the one that returned last here: two in flight at once could
+// be applied in either order (two pooled connections, a slow link), and
+// the server would keep the TTL of whichever came last while this process
+// believed the other. The refresh's start is taken once the slot is held.
+func (lk *lock) takeSlot(ctx context.Context) error {
+	lk.mu.Lock()
+	for lk.refreshing && lk.state == stateHeld {
+		if lk.slotFree == nil {
+			lk.slotFree = make(chan struct{})
+		}
+		free := lk.slotFree
+		lk.mu.Unlock()
+		if slotWaitHook != nil {
+			slotWaitHook()
+		}
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		lk.mu.Lock()
 	}
+	defer lk.mu.Unlock()
+	if lk.state != stateHeld {
+		return lk.notHeldLocked()
+	}
+	lk.refreshing = true
 	return nil
 }
 
-// refresh sends one refresh and applies its outcome. It is shared by
-// Refresh and the watchdog.
-func (lk *lock) refresh(ctx context.Context, ttl time.Duration) error {
-	lk.mu.Lock()
-	if lk.state != stateHeld {
-		err := lk.notHeldLocked()
-		lk.mu.Unlock()
-		return err
+// slotWaitHook, set by tests, is called when a refresh starts waiting for
+// the slot.
+var slotWaitHook func()
+
+// tryTakeSlotLocked takes the refresh slot if it is free and the lock
+// still held; lk.mu is held.
+func (lk *lock) tryTakeSlotLocked() bool {
+	if lk.refreshing || lk.state != stateHeld {
+		return false
 	}
-	lk.mu.Unlock()
-	start := time.Now()
-	err := lk.held.Refresh(ctx, ttl)
-	return lk.refreshed(start, ttl, err)
+	lk.refreshing = true
+	return true
 }
 
-// refreshed applies the outcome of a refresh that started at start.
+func (lk *lock) freeSlotLocked() {
+	lk.refreshing = false
+	if lk.slotFree != nil {
+		close(lk.slotFree)
+		lk.slotFree = nil
+	}
+}
+
+// capLocked bounds a validity deadline by what the driver knows of the
+// lease or session that keeps the lock (backend.Bounded); lk.mu is held.
+func (lk *lock) capLocked(deadline time.Time) time.Time {
+	if b, ok := lk.held.(backend.Bounded); ok {
+		if until := b.ValidUntil(); !until.IsZero() && until.Before(deadline) {
+			return until
+		}
+	}
+	return deadline
+}
+
+// refreshed applies the outcome of a refresh that started at start, with
+// the refresh slot held, gives the slot back and, for an auto-refreshed
+// lock, schedules the next refresh. It is shared by Refresh and the
+// watchdog, and returns the error to report.
+//
+// The local deadline never exceeds what the server is sure to keep: after
+// a success, start + ttl - drift; but a refresh whose outcome is unknown
+// may still be applied later, after any refresh that follows it, so no
+// deadline from then on assumes a longer TTL than its (unsureTTL).
 func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
 	if errors.Is(err, ErrNotHeld) {
+		lk.mu.Lock()
+		lk.freeSlotLocked()
+		lk.mu.Unlock()
 		lk.markGone(err)
-		return err
-	}
-	if err != nil {
 		return err
 	}
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
+	defer lk.freeSlotLocked()
+	if err != nil {
+		if lk.unsureTTL == 0 || ttl < lk.unsureTTL {
+			lk.unsureTTL = ttl
+		}
+		if d := start.Add(ttl - lk.c.drift(ttl)); d.Before(lk.deadline) {
+			lk.deadline = d
+			lk.c.wd.expireAt(lk, d)
+		}
+		if lk.state == stateHeld && lk.autoRefresh {
+			left := time.Until(lk.deadline)
+			lk.c.wd.schedule(lk, time.Now().Add(max(min(lk.ttl/10, left/3), minPoll)))
+		}
+		return err
+	}
 	if lk.state != stateHeld {
 		// The refresh landed, but the validity had already run out here
 		// and Lost is closed: the holder was told to stop, so the lock
 		// is not revived. Release still deletes it.
 		return lk.notHeldLocked()
 	}
-	if start.Before(lk.refreshStart) {
-		return nil // a newer refresh was applied already
-	}
-	lk.refreshStart = start
 	lk.ttl = ttl
-	lk.deadline = start.Add(ttl - lk.c.drift(ttl))
+	eff := ttl
+	if lk.unsureTTL > 0 && lk.unsureTTL < eff {
+		eff = lk.unsureTTL
+	}
+	lk.deadline = lk.capLocked(start.Add(eff - lk.c.drift(eff)))
 	lk.c.wd.expireAt(lk, lk.deadline)
+	if !lk.deadline.After(time.Now()) {
+		// The lease or session behind the lock lapsed: expire, due now,
+		// closes Lost.
+		return fmt.Errorf("%w: %w", ErrNotHeld, errExpired)
+	}
+	if lk.autoRefresh {
+		lk.c.wd.schedule(lk, start.Add(eff/3))
+	}
 	return nil
 }
 

@@ -98,6 +98,13 @@ type Lock interface {
 	// gone, or its validity ran out on the local clock without a
 	// successful refresh.
 	Lost() <-chan struct{}
+	// Until returns the end of the lock's local validity on this
+	// process's clock: the moment Lost closes unless a refresh moves it
+	// first. The server keeps the lock at least until then, allowing for
+	// clock drift, so a holder that finishes its work (and its writes) by
+	// Until is safe without fencing. Once Lost is closed, Until returns the
+	// moment it closed, or the deadline if that was earlier.
+	Until() time.Time
 }
 
 // Capabilities says what a backend guarantees; see backend.Capabilities

@@ -193,9 +193,11 @@ func (w *watchdog) loop() {
 	}
 }
 
-// refresh sends one refresh for each lock in batch and reschedules those
-// still held: at a third of the TTL after success, sooner after a
-// transient failure, until the local deadline closes Lost.
+// refresh sends one refresh for each lock in due that is still held and
+// not being refreshed already (a user's Refresh in flight schedules the
+// next one when it ends). refreshed reschedules each: at a third of the
+// TTL after success, sooner after a transient failure, until the local
+// deadline closes Lost.
 func (w *watchdog) refresh(due []*lock) {
 	batch := due[:0]
 	var ttls []time.Duration
@@ -203,7 +205,7 @@ func (w *watchdog) refresh(due []*lock) {
 	var earliest time.Time
 	for _, lk := range due {
 		lk.mu.Lock()
-		if lk.state == stateHeld { // not released or lost since it was queued
+		if lk.tryTakeSlotLocked() {
 			batch = append(batch, lk)
 			ttls = append(ttls, lk.ttl)
 			helds = append(helds, lk.held)
@@ -242,21 +244,12 @@ func (w *watchdog) refresh(due []*lock) {
 		err := lk.refreshed(start, ttls[i], errs[i])
 		switch {
 		case err == nil:
-			w.schedule(lk, start.Add(ttls[i]/3))
 		case errors.Is(errs[i], ErrNotHeld):
 			w.c.log.Warn("locker: lock lost: the server no longer has it", "key", lk.key, "err", errs[i])
 		case errors.Is(err, ErrNotHeld):
 			// Released or expired locally while the refresh was in flight.
 		default:
-			lk.mu.Lock()
-			left := time.Until(lk.deadline)
-			held := lk.state == stateHeld
-			lk.mu.Unlock()
-			if held {
-				retry := min(ttls[i]/10, left/3)
-				w.c.log.Warn("locker: refresh failed, retrying", "key", lk.key, "in", retry, "validity_left", left, "err", err)
-				w.schedule(lk, time.Now().Add(max(retry, minPoll)))
-			}
+			w.c.log.Warn("locker: refresh failed, retrying", "key", lk.key, "err", err)
 		}
 	}
 }

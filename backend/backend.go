@@ -13,7 +13,8 @@
 // either, package locker polls with jitter, bounded by the holder's
 // remaining TTL as reported through [Busy]. A driver that implements
 // [BatchRefresher] lets the watchdog refresh many locks in one round trip;
-// a Held that implements [Expirer] is told when its TTL ran out.
+// a Held that implements [Expirer] is told when its TTL ran out; one that
+// implements [Bounded] caps its lock's validity by its lease or session.
 //
 // A driver is used through package locker, never directly by applications:
 // locker.New(driver, config) returns the [locker.Locker].
@@ -188,6 +189,20 @@ type BatchRefresher interface {
 // package locker reports the smaller of that and the lock's validity.
 type Expirer interface {
 	Expire()
+}
+
+// Bounded is implemented by a Held whose lock lives exactly as long as
+// something the driver keeps alive for many locks at once: an etcd lease
+// renewed by keepalives, a ZooKeeper session kept by heartbeats. ValidUntil
+// returns the moment, on the local monotonic clock, until which the server
+// is known to keep the lock: the sending of the last request the server
+// confirmed (a keepalive, a heartbeat, the acquire itself) plus the life it
+// granted, less the driver's drift allowance. Zero means no bound is
+// known. Package locker never lets a lock's local validity, and so its
+// Lost signal, run past ValidUntil: it caps the deadline with it after the
+// acquisition and after every refresh.
+type Bounded interface {
+	ValidUntil() time.Time
 }
 
 // Capabilities says what a backend guarantees. Package locker re-exports

@@ -1,0 +1,287 @@
+package locker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/memory"
+)
+
+// wireDriver puts the memory store behind a simulated network on which the
+// test can hold a refresh "on the wire": the request has left the client,
+// and reaches the store only when the test lets it go, even after the
+// caller gave up on it. Requests not held go straight through, so a later
+// request can overtake a held one, as on two pooled connections.
+type wireDriver struct {
+	*memory.Driver
+	// bound, if set, is every lock's backend.Bounded answer.
+	bound func() time.Time
+
+	mu      sync.Mutex
+	holdTTL time.Duration // a refresh with this TTL is held; 0: none
+	held    chan struct{} // closed to let the held refresh through
+	sent    chan time.Duration
+	landed  sync.WaitGroup // held requests still to reach the store
+	inner   backend.Held   // the last lock taken, as the store sees it
+}
+
+func newWireDriver() *wireDriver {
+	return &wireDriver{Driver: memory.NewDriver(memory.NewStore()), sent: make(chan time.Duration, 16)}
+}
+
+func (d *wireDriver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	acq, err := d.Driver.TryAcquire(ctx, req)
+	if err != nil {
+		return acq, err
+	}
+	d.mu.Lock()
+	d.inner = acq.Held
+	d.mu.Unlock()
+	if d.bound != nil {
+		acq.Held = &boundedHeld{wireHeld{Held: acq.Held, d: d}}
+	} else {
+		acq.Held = &wireHeld{Held: acq.Held, d: d}
+	}
+	return acq, nil
+}
+
+// hold makes the next refresh with ttl wait on the wire until the returned
+// func is called.
+func (d *wireDriver) hold(ttl time.Duration) (letGo func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.holdTTL, d.held = ttl, make(chan struct{})
+	ch := d.held
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+// serverExpiry is when the store will expire the last lock taken.
+func (d *wireDriver) serverExpiry(t *testing.T) time.Time {
+	t.Helper()
+	d.mu.Lock()
+	h := d.inner
+	d.mu.Unlock()
+	left, err := h.TTL(context.Background())
+	if err != nil {
+		t.Fatalf("the store no longer has the lock: %v", err)
+	}
+	return time.Now().Add(left)
+}
+
+type wireHeld struct {
+	backend.Held
+	d *wireDriver
+}
+
+func (h *wireHeld) Refresh(ctx context.Context, ttl time.Duration) error {
+	d := h.d
+	d.mu.Lock()
+	var gate chan struct{}
+	if d.holdTTL == ttl {
+		gate, d.holdTTL = d.held, 0
+	}
+	d.mu.Unlock()
+	d.sent <- ttl
+	if gate == nil {
+		return h.Held.Refresh(ctx, ttl)
+	}
+	// On the wire: it reaches the store when let go, whatever the caller
+	// does meanwhile.
+	reply := make(chan error, 1)
+	d.landed.Add(1)
+	go func() {
+		defer d.landed.Done()
+		<-gate
+		reply <- h.Held.Refresh(context.Background(), ttl)
+	}()
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type boundedHeld struct{ wireHeld }
+
+func (h *boundedHeld) ValidUntil() time.Time { return h.d.bound() }
+
+// wantWithinServer fails unless the lock's local validity ends no later
+// than the store's expiry of it: the client must never believe it holds
+// the lock after the server may have given it to someone else.
+func wantWithinServer(t *testing.T, d *wireDriver, lk locker.Lock) {
+	t.Helper()
+	until, server := lk.Until(), d.serverExpiry(t)
+	if until.After(server.Add(time.Millisecond)) {
+		t.Errorf("the client believes it holds the lock %v after the server expires it (until %v, server %v)",
+			until.Sub(server).Round(time.Millisecond), until.Format("15:04:05.000"), server.Format("15:04:05.000"))
+	}
+}
+
+// TestConcurrentRefreshesApplyInOrder: Refresh(3s) is delayed on the wire
+// and Refresh(30s), issued meanwhile, must not overtake it; the server
+// would keep the 3s TTL while the client believed 30s. Refreshes of one
+// lock are serialised, so the second waits for the first.
+func TestConcurrentRefreshesApplyInOrder(t *testing.T) {
+	ctx := context.Background()
+	d := newWireDriver()
+	l := locker.New(d, nil)
+	defer l.Close()
+	lk, err := l.TryAcquire(ctx, "k", locker.WithTTL(10*time.Second), locker.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	letGo := d.hold(3 * time.Second)
+	defer letGo()
+	first := make(chan error, 1)
+	go func() { first <- lk.Refresh(ctx, 3*time.Second) }()
+	if got := <-d.sent; got != 3*time.Second {
+		t.Fatalf("first refresh sent with TTL %v", got)
+	}
+
+	waiting := make(chan struct{}, 1)
+	locker.SetSlotWaitHook(func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	defer locker.SetSlotWaitHook(nil)
+	second := make(chan error, 1)
+	go func() { second <- lk.Refresh(ctx, 30*time.Second) }()
+	select {
+	case <-waiting: // serialised: it waits for the first
+	case ttl := <-d.sent:
+		t.Errorf("a refresh with TTL %v was sent while another was in flight", ttl)
+	}
+	letGo()
+	if err := <-first; err != nil {
+		t.Fatalf("first Refresh = %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second Refresh = %v", err)
+	}
+	d.landed.Wait()
+	wantWithinServer(t, d, lk)
+	if left := time.Until(lk.Until()); left < 25*time.Second {
+		t.Errorf("after Refresh(30s) the lock is valid for %v more, want about 30s", left)
+	}
+}
+
+// TestUnknownRefreshCapsValidity: a Refresh(3s) whose caller gave up may
+// still reach the server after a later Refresh(30s) succeeded. The lock's
+// local validity must not assume more than 3s from then on.
+func TestUnknownRefreshCapsValidity(t *testing.T) {
+	ctx := context.Background()
+	d := newWireDriver()
+	l := locker.New(d, nil)
+	defer l.Close()
+	lk, err := l.TryAcquire(ctx, "k", locker.WithTTL(10*time.Second), locker.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	letGo := d.hold(3 * time.Second)
+	defer letGo()
+	cctx, cancel := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() { first <- lk.Refresh(cctx, 3*time.Second) }()
+	<-d.sent
+	cancel() // the caller gives up; the request stays on the wire
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Refresh = %v, want context.Canceled", err)
+	}
+	if err := lk.Refresh(ctx, 30*time.Second); err != nil {
+		t.Fatalf("Refresh(30s) = %v", err)
+	}
+	<-d.sent
+	letGo() // the old request lands last
+	d.landed.Wait()
+	wantWithinServer(t, d, lk)
+	if testClosed(lk.Lost()) {
+		t.Error("Lost closed although the lock is still held")
+	}
+}
+
+// TestWatchdogWaitsForUserRefresh: the watchdog does not refresh a lock
+// while the user's Refresh of it is in flight, and the lock stays
+// auto-refreshed after it.
+func TestWatchdogWaitsForUserRefresh(t *testing.T) {
+	ctx := context.Background()
+	d := newWireDriver()
+	l := locker.New(d, nil)
+	defer l.Close()
+	const ttl = 150 * time.Millisecond
+	lk, err := l.TryAcquire(ctx, "k", locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	letGo := d.hold(2 * ttl)
+	defer letGo()
+	done := make(chan error, 1)
+	go func() { done <- lk.Refresh(ctx, 2*ttl) }()
+	<-d.sent
+	// The watchdog's refresh falls due at ttl/3 and must not be sent while
+	// the user's is held; the lock's validity runs out meanwhile (Lost),
+	// since its last refresh succeeded long ago.
+	select {
+	case <-lk.Lost():
+	case got := <-d.sent:
+		t.Fatalf("the watchdog sent a refresh (TTL %v) while the user's was in flight", got)
+	}
+	letGo()
+	if err := <-done; !errors.Is(err, locker.ErrNotHeld) {
+		t.Errorf("Refresh that landed after the validity ran out = %v, want ErrNotHeld", err)
+	}
+}
+
+// TestBoundedCapsValidity: a driver that knows its lease or session ends
+// earlier than the lock's TTL caps the lock's validity, after the
+// acquisition and after each refresh.
+func TestBoundedCapsValidity(t *testing.T) {
+	ctx := context.Background()
+	d := newWireDriver()
+	var mu sync.Mutex
+	bound := time.Now().Add(2 * time.Second)
+	d.bound = func() time.Time { mu.Lock(); defer mu.Unlock(); return bound }
+	l := locker.New(d, nil)
+	defer l.Close()
+	lk, err := l.TryAcquire(ctx, "k", locker.WithTTL(10*time.Second), locker.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lk.Until().Equal(bound) {
+		t.Errorf("after acquiring, Until = %v, want the lease's bound %v", lk.Until(), bound)
+	}
+	mu.Lock()
+	bound = time.Now().Add(time.Second)
+	mu.Unlock()
+	if err := lk.Refresh(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	<-d.sent
+	if !lk.Until().Equal(bound) {
+		t.Errorf("after a refresh, Until = %v, want the lease's bound %v", lk.Until(), bound)
+	}
+	mu.Lock()
+	bound = time.Now().Add(-time.Millisecond) // the lease lapsed
+	mu.Unlock()
+	if err := lk.Refresh(ctx, 10*time.Second); !errors.Is(err, locker.ErrNotHeld) {
+		t.Errorf("Refresh on a lapsed lease = %v, want ErrNotHeld", err)
+	}
+	<-d.sent
+	<-lk.Lost() // the validity is already over: expired at once
+}
+
+func testClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
