@@ -56,6 +56,7 @@ func New(d backend.Driver, cfg *Config) Locker {
 		c.drift = dr.Drift
 	}
 	c.wd = newWatchdog(c)
+	c.closing, c.stopAcquires = context.WithCancelCause(context.Background())
 	return c
 }
 
@@ -87,6 +88,15 @@ type client struct {
 	mu     sync.Mutex
 	closed atomic.Bool // set under mu; read without it by isClosed
 	held   map[*lock]struct{}
+
+	// closing ends, with cause ErrClosed, when Close begins: every
+	// Acquire and TryAcquire in flight runs under a context that ends
+	// with it. acquiring counts them (Add under mu while not closed), so
+	// that Close closes the driver only after they have returned and
+	// cleaned up after themselves.
+	closing      context.Context
+	stopAcquires context.CancelCauseFunc
+	acquiring    sync.WaitGroup
 }
 
 func (c *client) Capabilities() Capabilities { return c.caps }
@@ -139,6 +149,17 @@ func (c *client) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// enter counts an acquisition in flight, unless the Locker is closed.
+func (c *client) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	c.acquiring.Add(1)
+	return true
+}
+
 func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []Option) (Lock, error) {
 	if c.isClosed() {
 		return nil, opErr(op, key, ErrClosed)
@@ -153,6 +174,31 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(op, key, err)
 	}
+	if !c.enter() {
+		return nil, opErr(op, key, ErrClosed)
+	}
+	defer c.acquiring.Done()
+	// Close ends the attempt: the driver sees its context end, cleans up
+	// what it may have taken, and returns.
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	defer stop()
+	lk, err := c.acquireLock(actx, key, wait, o)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			err = fmt.Errorf("%w (%w)", ctxErr, err)
+		} else if ctx.Err() == nil && errors.Is(context.Cause(actx), ErrClosed) && !errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("%w while waiting (%w)", ErrClosed, err)
+		}
+		return nil, opErr(op, key, err)
+	}
+	return lk, nil
+}
+
+// acquireLock takes key under ctx, which ends when the caller's context
+// does or the Locker closes.
+func (c *client) acquireLock(ctx context.Context, key string, wait bool, o options) (*lock, error) {
 	lk := &lock{
 		c:           c,
 		key:         key,
@@ -180,18 +226,15 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		acq, start, err = c.waitLoop(ctx, req)
 	}
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-			err = fmt.Errorf("%w (%w)", ctxErr, err)
-		}
-		return nil, opErr(op, key, err)
+		return nil, err
 	}
 	lk.start(acq, start)
 	if !c.track(lk) {
 		// Closed while we were acquiring: give the lock back.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
-		lk.Release(rctx)
-		return nil, opErr(op, key, ErrClosed)
+		lk.release(rctx)
+		return nil, fmt.Errorf("%w while acquiring; the lock taken meanwhile was released", ErrClosed)
 	}
 	return lk, nil
 }
@@ -290,6 +333,13 @@ func (c *client) Close() error {
 		return nil
 	}
 	c.closed.Store(true)
+	c.mu.Unlock()
+	// Acquisitions in flight end now, and clean up on the driver before it
+	// closes. One that took its lock meanwhile finds the Locker closed and
+	// releases the lock itself.
+	c.stopAcquires(ErrClosed)
+	c.waitAcquiring()
+	c.mu.Lock()
 	locks := make([]*lock, 0, len(c.held))
 	for lk := range c.held {
 		locks = append(locks, lk)
@@ -315,6 +365,24 @@ func (c *client) Close() error {
 		errs = append(errs, &OpError{Op: "close", Err: err})
 	}
 	return errors.Join(errs...)
+}
+
+// waitAcquiring waits for the acquisitions in flight to return, for at
+// most releaseTimeout: a driver that ignores its context must not keep
+// Close from closing the rest.
+func (c *client) waitAcquiring() {
+	done := make(chan struct{})
+	go func() {
+		c.acquiring.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(releaseTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.log.Warn("locker: close: acquisitions still in flight after the timeout; closing the backend under them", "timeout", releaseTimeout)
+	}
 }
 
 // tokenRand holds ChaCha8 generators (cryptographically strong), each

@@ -196,6 +196,11 @@ func WithAutoRefresh(on bool) Option {
 // cancelled when the lock is lost (context.Cause then wraps ErrNotHeld).
 // Do returns fn's error, joined with an error wrapping ErrNotHeld if the
 // lock was lost before fn returned, and with Release's error.
+//
+// The lock is released on every path out of fn: if fn panics (or calls
+// runtime.Goexit), Do releases the lock and lets the panic go on with its
+// own stack, so that a panic recovered further up (net/http recovers a
+// handler's) leaves no lock behind.
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, lock Lock) error, opts ...Option) error {
 	lk, err := l.Acquire(ctx, key, opts...)
 	if err != nil {
@@ -212,21 +217,32 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 		case <-done:
 		}
 	}()
+	// finish stops the watcher and releases the lock; it runs on every
+	// path, a panic in fn included.
+	finished := false
+	var lostErr, relErr error
+	finish := func() {
+		finished = true
+		close(done)
+		<-watched
+		if cause := context.Cause(fctx); errors.Is(cause, ErrNotHeld) {
+			lostErr = cause
+		}
+		cancel(nil)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer rcancel()
+		relErr = lk.Release(rctx)
+		if lostErr != nil && errors.Is(relErr, ErrNotHeld) {
+			relErr = nil // already reported as lost
+		}
+	}
+	defer func() {
+		if !finished { // fn panicked or called runtime.Goexit
+			finish()
+		}
+	}()
 	fnErr := fn(fctx, lk)
-	close(done)
-	<-watched
-	lostErr := context.Cause(fctx)
-	if !errors.Is(lostErr, ErrNotHeld) {
-		lostErr = nil
-	}
-	cancel(nil)
-
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer rcancel()
-	relErr := lk.Release(rctx)
-	if lostErr != nil && errors.Is(relErr, ErrNotHeld) {
-		relErr = nil // already reported as lost
-	}
+	finish()
 	return errors.Join(fnErr, lostErr, relErr)
 }
 

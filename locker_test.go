@@ -369,3 +369,91 @@ func TestExpirer(t *testing.T) {
 		})
 	}
 }
+
+// TestDoReleasesOnPanic: a panic in fn, recovered further up (as net/http
+// recovers a handler's), leaves no lock behind and no goroutine running
+// (TestMain checks for leaks), and reaches the recoverer unchanged.
+func TestDoReleasesOnPanic(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+	type boom struct{}
+	func() {
+		defer func() {
+			if r := recover(); r != (boom{}) {
+				t.Errorf("recovered %v, want fn's own panic value", r)
+			}
+		}()
+		locker.Do(ctx, l, "panics", func(context.Context, locker.Lock) error { panic(boom{}) })
+		t.Error("Do returned although fn panicked")
+	}()
+	lk, err := l.TryAcquire(ctx, "panics")
+	if err != nil {
+		t.Fatalf("after a panic in Do's fn the key is still held: %v", err)
+	}
+	lk.Release(ctx)
+}
+
+// pollingDriver hides the memory driver's native wait, so that waiting is
+// package locker's own poll loop; refused reports each refused attempt.
+type pollingDriver struct {
+	d       *memory.Driver
+	refused chan struct{}
+}
+
+func (p *pollingDriver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	acq, err := p.d.TryAcquire(ctx, req)
+	if errors.Is(err, locker.ErrNotAcquired) {
+		select {
+		case p.refused <- struct{}{}:
+		default:
+		}
+	}
+	return acq, err
+}
+func (p *pollingDriver) Capabilities() backend.Capabilities { return p.d.Capabilities() }
+func (p *pollingDriver) Close() error                       { return p.d.Close() }
+
+// TestCloseEndsPendingAcquire: Close ends Acquire calls waiting on a key,
+// natively or by polling, with an error wrapping ErrClosed, and the waiter
+// leaves nothing behind.
+func TestCloseEndsPendingAcquire(t *testing.T) {
+	ctx := context.Background()
+	store := memory.NewStore()
+	holder := memory.New(&memory.Options{Store: store})
+	defer holder.Close()
+	lk, err := holder.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pollingDriver{d: memory.NewDriver(store), refused: make(chan struct{}, 1)}
+	waiter := locker.New(p, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, "k")
+		done <- err
+	}()
+	<-p.refused // waiting
+	closed := make(chan error, 1)
+	go func() { closed <- waiter.Close() }()
+	// Without the Close reaching it, the waiter would sleep until its next
+	// poll, up to a second away, then fail on the closed driver, and Close
+	// would wait for it for 10s.
+	select {
+	case err := <-done:
+		if !errors.Is(err, locker.ErrClosed) {
+			t.Errorf("pending Acquire after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("pending Acquire did not return within 5s of Close")
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	lk.Release(ctx)
+	lk2, err := holder.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("after the closed waiter, the key is not free: %v", err)
+	}
+	lk2.Release(ctx)
+}

@@ -29,6 +29,7 @@ var cases = []testCase{
 	{"independent-keys", "Locks on different keys do not interfere, including keys that are prefixes of each other", caseIndependentKeys},
 	{"odd-keys", "Any key works (unicode, '/', spaces, '..', '*', the maximum length) and distinct keys never collide", caseOddKeys},
 	{"closed-locker", "After Close, Acquire and TryAcquire return ErrClosed, and the locks the Locker held are released", caseClosedLocker},
+	{"close-ends-acquire", "Close ends an Acquire waiting on a held key promptly with ErrClosed, and the waiter leaves nothing that blocks the next acquirer", caseCloseEndsAcquire},
 	{"invalid-input", "Empty and over-long keys fail with ErrInvalidKey; zero, negative and out-of-range TTLs fail with ErrInvalidTTL", caseInvalidInput},
 	{"fencing", "Fence is strictly increasing across successive holders of a key where Capabilities.Fencing is true, and reports ok=false where it is not", caseFencing},
 	{"lost-on-expiry", "With auto-refresh off, Lost stays open while the lock is valid and closes once its TTL runs out", caseLostOnExpiry},
@@ -513,6 +514,43 @@ func caseClosedLocker(t *T) {
 	}
 	// Close released the key: it is free now, not after longTTL.
 	t.release(t.tryAcquire(b, key))
+}
+
+// closeBound is how soon a pending Acquire must return after Close: a
+// round trip to clean up, with room for a loaded machine, and far below
+// the TTLs and poll intervals a waiter that missed the Close would sleep.
+const closeBound = 3 * time.Second
+
+func caseCloseEndsAcquire(t *T) {
+	a, b, c := t.locker(), t.locker(), t.locker()
+	key := t.key("k")
+	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+	errc := make(chan error, 1)
+	go func() {
+		lk, err := b.Acquire(t.ctx, key, locker.WithTTL(t.longTTL()))
+		if err == nil {
+			lk.Release(t.ctx)
+		}
+		errc <- err
+	}()
+	// Let it start waiting; a Close that comes first must end it the same way.
+	if t.closedWithin(t.ctx.Done(), 50*time.Millisecond) {
+		t.Fatalf("context ended")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-errc:
+		t.wantErr(err, locker.ErrClosed, "Acquire pending when its Locker closed")
+	case <-time.After(closeBound):
+		t.Fatalf("Acquire did not return within %v of its Locker's Close", closeBound)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close with an Acquire pending = %v, want nil", err)
+	}
+	t.release(lk)
+	lkC := t.acquireWithin(c, key, t.longTTL()/2, "after the holder released, with a closed waiter before us")
+	t.release(lkC)
 }
 
 func caseInvalidInput(t *T) {
