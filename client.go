@@ -35,7 +35,7 @@ type Config struct {
 // the watchdog, Lost) over a backend driver. Backend packages call it; most
 // programs use Open or a backend's own constructor instead.
 func New(d backend.Driver, cfg *Config) Locker {
-	c := &client{d: d, caps: d.Capabilities(), held: map[*lock]struct{}{}}
+	c := &client{d: d, caps: d.Capabilities(), held: map[*lock]struct{}{}, acquiring: map[*lock]context.CancelCauseFunc{}}
 	if cfg != nil {
 		c.cfg = *cfg
 	}
@@ -56,7 +56,6 @@ func New(d backend.Driver, cfg *Config) Locker {
 		c.drift = dr.Drift
 	}
 	c.wd = newWatchdog(c)
-	c.closing, c.stopAcquires = context.WithCancelCause(context.Background())
 	return c
 }
 
@@ -89,14 +88,13 @@ type client struct {
 	closed atomic.Bool // set under mu; read without it by isClosed
 	held   map[*lock]struct{}
 
-	// closing ends, with cause ErrClosed, when Close begins: every
-	// Acquire and TryAcquire in flight runs under a context that ends
-	// with it. acquiring counts them (Add under mu while not closed), so
-	// that Close closes the driver only after they have returned and
-	// cleaned up after themselves.
-	closing      context.Context
-	stopAcquires context.CancelCauseFunc
-	acquiring    sync.WaitGroup
+	// acquiring holds the Acquire and TryAcquire calls in flight, each
+	// with the cancel func of the context it runs under: Close ends them
+	// with cause ErrClosed, and closes the driver only after they have
+	// returned and cleaned up after themselves. idle, made by Close while
+	// some are in flight, is closed when the last one leaves.
+	acquiring map[*lock]context.CancelCauseFunc
+	idle      chan struct{}
 }
 
 func (c *client) Capabilities() Capabilities { return c.caps }
@@ -149,15 +147,24 @@ func (c *client) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// enter counts an acquisition in flight, unless the Locker is closed.
-func (c *client) enter() bool {
+// enter records lk's acquisition in flight, unless the Locker is closed.
+func (c *client) enter(lk *lock, cancel context.CancelCauseFunc) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed.Load() {
 		return false
 	}
-	c.acquiring.Add(1)
+	c.acquiring[lk] = cancel
 	return true
+}
+
+// leaveLocked ends lk's acquisition in flight; c.mu is held.
+func (c *client) leaveLocked(lk *lock) {
+	delete(c.acquiring, lk)
+	if c.idle != nil && len(c.acquiring) == 0 {
+		close(c.idle)
+		c.idle = nil
+	}
 }
 
 func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []Option) (Lock, error) {
@@ -174,18 +181,27 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(op, key, err)
 	}
-	if !c.enter() {
-		return nil, opErr(op, key, ErrClosed)
+	lk := &lock{
+		c:           c,
+		key:         key,
+		token:       newToken(),
+		ttl:         o.ttl,
+		autoRefresh: o.autoRefresh,
+		lost:        make(chan struct{}),
+		slots:       noSlots,
 	}
-	defer c.acquiring.Done()
-	// Close ends the attempt: the driver sees its context end, cleans up
-	// what it may have taken, and returns.
+	// Close ends the attempt through actx: the driver sees its context
+	// end, cleans up what it may have taken, and returns.
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
-	defer stop()
-	lk, err := c.acquireLock(actx, key, wait, o)
+	if !c.enter(lk, cancel) {
+		return nil, opErr(op, key, ErrClosed)
+	}
+	err := c.acquireLock(actx, lk, wait)
 	if err != nil {
+		c.mu.Lock()
+		c.leaveLocked(lk)
+		c.mu.Unlock()
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 			err = fmt.Errorf("%w (%w)", ctxErr, err)
 		} else if ctx.Err() == nil && errors.Is(context.Cause(actx), ErrClosed) && !errors.Is(err, ErrClosed) {
@@ -196,20 +212,11 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	return lk, nil
 }
 
-// acquireLock takes key under ctx, which ends when the caller's context
-// does or the Locker closes.
-func (c *client) acquireLock(ctx context.Context, key string, wait bool, o options) (*lock, error) {
-	lk := &lock{
-		c:           c,
-		key:         key,
-		token:       newToken(),
-		ttl:         o.ttl,
-		autoRefresh: o.autoRefresh,
-		lost:        make(chan struct{}),
-		slots:       noSlots,
-	}
-	req := backend.Request{Key: c.cfg.Prefix + key, Token: lk.token, TTL: o.ttl, OnLost: lk.backendLost}
-
+// acquireLock takes lk's key under ctx, which ends when the caller's
+// context does or the Locker closes, and moves lk from the acquisitions in
+// flight to the held locks.
+func (c *client) acquireLock(ctx context.Context, lk *lock, wait bool) error {
+	req := backend.Request{Key: c.cfg.Prefix + lk.key, Token: lk.token, TTL: lk.ttl, OnLost: lk.backendLost}
 	var (
 		acq   backend.Acquisition
 		start time.Time
@@ -226,17 +233,18 @@ func (c *client) acquireLock(ctx context.Context, key string, wait bool, o optio
 		acq, start, err = c.waitLoop(ctx, req)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	lk.start(acq, start)
 	if !c.track(lk) {
-		// Closed while we were acquiring: give the lock back.
+		// Closed while we were acquiring: give the lock back, before
+		// Close closes the driver (it waits until we leave).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 		lk.release(rctx)
-		return nil, fmt.Errorf("%w while acquiring; the lock taken meanwhile was released", ErrClosed)
+		return fmt.Errorf("%w while acquiring; the lock taken meanwhile was released", ErrClosed)
 	}
-	return lk, nil
+	return nil
 }
 
 // waitLoop takes req by repeated attempts: woken by release notices where
@@ -310,12 +318,15 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// track moves lk from the acquisitions in flight to the held locks, unless
+// the Locker is closed.
 func (c *client) track(lk *lock) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed.Load() {
 		return false
 	}
+	c.leaveLocked(lk)
 	c.held[lk] = struct{}{}
 	return true
 }
@@ -333,12 +344,19 @@ func (c *client) Close() error {
 		return nil
 	}
 	c.closed.Store(true)
-	c.mu.Unlock()
 	// Acquisitions in flight end now, and clean up on the driver before it
 	// closes. One that took its lock meanwhile finds the Locker closed and
 	// releases the lock itself.
-	c.stopAcquires(ErrClosed)
-	c.waitAcquiring()
+	var idle chan struct{}
+	if len(c.acquiring) > 0 {
+		idle = make(chan struct{})
+		c.idle = idle
+	}
+	for _, cancel := range c.acquiring {
+		cancel(ErrClosed)
+	}
+	c.mu.Unlock()
+	c.waitAcquiring(idle)
 	c.mu.Lock()
 	locks := make([]*lock, 0, len(c.held))
 	for lk := range c.held {
@@ -370,16 +388,14 @@ func (c *client) Close() error {
 // waitAcquiring waits for the acquisitions in flight to return, for at
 // most releaseTimeout: a driver that ignores its context must not keep
 // Close from closing the rest.
-func (c *client) waitAcquiring() {
-	done := make(chan struct{})
-	go func() {
-		c.acquiring.Wait()
-		close(done)
-	}()
+func (c *client) waitAcquiring(idle <-chan struct{}) {
+	if idle == nil {
+		return
+	}
 	t := time.NewTimer(releaseTimeout)
 	defer t.Stop()
 	select {
-	case <-done:
+	case <-idle:
 	case <-t.C:
 		c.log.Warn("locker: close: acquisitions still in flight after the timeout; closing the backend under them", "timeout", releaseTimeout)
 	}
