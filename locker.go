@@ -28,6 +28,39 @@
 // ([WithAutoRefresh]), so the TTL bounds how long a crashed process blocks
 // others, not how long work may take.
 //
+// # Validity, refresh and loss
+//
+// Every lock has a local validity deadline on the process's monotonic
+// clock, reported by [Lock.Until]. Lost closes no later than that
+// deadline (a timer loop may observe it a little late; Until does not), and
+// the deadline never runs past the moment the server may give the lock to
+// someone else, allowing for the backend's clock-drift rule (by default 1%
+// of the TTL plus 2 ms). Precisely:
+//
+//   - After an acquisition whose request was sent at s, the deadline is
+//     s + TTL - drift (Redlock: less the time the vote took).
+//   - Refreshes of one lock, Refresh and the watchdog's, run one at a
+//     time, and each starts its clock once its turn has come: after a
+//     refresh sent at s with TTL t succeeds, the deadline is s + t - drift.
+//     Two refreshes in flight at once could reach the server in either
+//     order and leave it with the TTL this process did not believe.
+//   - A refresh that failed without an answer (a timeout, a dropped
+//     connection, a cancelled context) may still reach the server later,
+//     after any refresh that follows it. It cuts the deadline to its own
+//     s + t - drift, and no later deadline of the lock assumes a TTL
+//     longer than its t.
+//   - Where a lock lives as long as a lease or session shared by many
+//     locks (etcd, ZooKeeper), the deadline also never passes the lease's
+//     or session's validity as last confirmed by the server.
+//   - Lost closes earlier when the lock is released, when a refresh finds
+//     it gone (ErrNotHeld), or when the backend learns it is gone (a
+//     session expired, a lease revoked). A refresh that succeeds after
+//     Lost closed does not revive the lock.
+//
+// The server side of the bargain is the backend's: each backend's package
+// documentation says what its server does with the TTL. What no lease can
+// cover is a holder paused past Until; fencing covers that.
+//
 // # Fencing
 //
 // A lease cannot protect against a holder that is paused (a GC pause, a
