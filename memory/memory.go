@@ -12,6 +12,16 @@
 //
 // plus the shared parameters ttl and prefix.
 //
+// # Losing a lock
+//
+// The store expires a lock at its TTL, counted from the moment it granted
+// or refreshed it, on the same monotonic clock as the lock's validity in
+// package locker, which starts before the request and ends the drift
+// allowance earlier; so Lost closes before the store can grant the key to
+// anyone else. A Driver cut off with Cut behaves as a crashed client: its
+// refreshes fail, its locks expire at their TTL, and Lost closes at the
+// local deadline.
+//
 // # Fencing
 //
 // Fences come from one counter per Store, incremented on every
