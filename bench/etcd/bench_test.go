@@ -160,3 +160,7 @@ func (l mutexLock) Refresh(context.Context, time.Duration) error { return errors
 func (l mutexLock) TTL(context.Context) (time.Duration, error)   { return 0, errors.ErrUnsupported }
 func (l mutexLock) Release(ctx context.Context) error            { return l.mu.Unlock(ctx) }
 func (l mutexLock) Lost() <-chan struct{}                        { return nil }
+
+// Until: a Mutex reports no validity of its own (its session's lease
+// bounds it); the zero time says so.
+func (l mutexLock) Until() time.Time { return time.Time{} }

@@ -144,3 +144,7 @@ func (l *zkLock) Refresh(context.Context, time.Duration) error { return errUnsup
 func (l *zkLock) TTL(context.Context) (time.Duration, error)   { return 0, errUnsupported }
 func (l *zkLock) Release(context.Context) error                { return l.lk.Unlock() }
 func (l *zkLock) Lost() <-chan struct{}                        { return nil }
+
+// Until: zk.Lock reports no validity of its own (its session bounds it);
+// the zero time says so.
+func (l *zkLock) Until() time.Time { return time.Time{} }
