@@ -1,7 +1,10 @@
 package conformance
 
 import (
+	"fmt"
 	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
@@ -19,10 +22,21 @@ type Proxy struct {
 	cut     bool
 	hold    chan struct{} // while non-nil, replies wait for it to close
 	latency time.Duration
+	connLat func(conn uint64, dir Direction) time.Duration // SetConnLatency's
+	nconns  uint64                                         // connections accepted
 	closed  bool
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
 }
+
+// Direction is the way data flows through a Proxy.
+type Direction int
+
+// The directions of a connection.
+const (
+	Requests Direction = iota // from the client to the server
+	Replies                   // from the server to the client
+)
 
 // NewProxy listens on a free loopback port and forwards every connection
 // to target.
@@ -35,6 +49,37 @@ func NewProxy(target string) (*Proxy, error) {
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// ProxyURL starts a Proxy for every host of the locker URL rawURL
+// (redlock://h1:p1,h2:p2,... has several) and returns rawURL with each host
+// replaced by its proxy's address, and the proxies in the order of the
+// hosts. The caller closes the proxies.
+func ProxyURL(rawURL string) (string, []*Proxy, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("conformance: malformed URL: %w", err)
+	}
+	var (
+		proxies []*Proxy
+		addrs   []string
+	)
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		p, err := NewProxy(h)
+		if err != nil {
+			for _, p := range proxies {
+				p.Close()
+			}
+			return "", nil, err
+		}
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.Addr())
+	}
+	u.Host = strings.Join(addrs, ",")
+	return u.String(), proxies, nil
 }
 
 // Addr returns the proxy's address, host:port.
@@ -67,6 +112,21 @@ func (p *Proxy) Restore() {
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
+	p.mu.Unlock()
+}
+
+// SetConnLatency delays every chunk of data forwarded by f(conn, dir) on
+// top of SetLatency's delay: conn numbers the proxy's connections from 1 in
+// the order they were accepted, dir says which way the chunk goes. So
+// connections, and the two directions of one, can be slowed independently:
+// requests a client sends on two pooled connections then reach the server
+// in another order than they were sent, which no delay common to all
+// connections can do. Data within one direction of one connection keeps
+// its order. f is called for every chunk, from the proxy's goroutines, so
+// it must be safe for concurrent use; nil removes it.
+func (p *Proxy) SetConnLatency(f func(conn uint64, dir Direction) time.Duration) {
+	p.mu.Lock()
+	p.connLat = f
 	p.mu.Unlock()
 }
 
@@ -110,13 +170,17 @@ func (p *Proxy) accept() {
 		}
 		p.mu.Lock()
 		refuse := p.cut || p.closed
+		if !refuse {
+			p.nconns++
+		}
+		id := p.nconns
 		p.mu.Unlock()
 		if refuse {
 			c.Close()
 			continue
 		}
 		p.wg.Add(1)
-		go p.serve(c)
+		go p.serve(c, id)
 	}
 }
 
@@ -132,7 +196,8 @@ func (p *Proxy) track(cs ...net.Conn) bool {
 	return true
 }
 
-func (p *Proxy) serve(client net.Conn) {
+// serve forwards connection number id between client and the target.
+func (p *Proxy) serve(client net.Conn, id uint64) {
 	defer p.wg.Done()
 	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
@@ -145,8 +210,8 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go p.pipe(server, client, false, done)
-	go p.pipe(client, server, true, done)
+	go p.pipe(server, client, id, Requests, done)
+	go p.pipe(client, server, id, Replies, done)
 	<-done
 	client.Close()
 	server.Close()
@@ -157,18 +222,21 @@ func (p *Proxy) serve(client net.Conn) {
 	p.mu.Unlock()
 }
 
-// pipe copies src to dst; replies says that src is the server.
-func (p *Proxy) pipe(dst, src net.Conn, replies bool, done chan<- struct{}) {
+// pipe copies src to dst, the data of connection id flowing in dir.
+func (p *Proxy) pipe(dst, src net.Conn, id uint64, dir Direction, done chan<- struct{}) {
 	defer func() { done <- struct{}{} }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			lat, hold := p.latency, p.hold
+			lat, hold, connLat := p.latency, p.hold, p.connLat
 			p.mu.Unlock()
-			if !replies {
+			if dir == Requests {
 				hold = nil
+			}
+			if connLat != nil {
+				lat += connLat(id, dir)
 			}
 			if hold != nil {
 				select {

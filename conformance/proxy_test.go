@@ -138,3 +138,95 @@ func TestProxy(t *testing.T) {
 		t.Fatalf("echo after Restore: got %q", r)
 	}
 }
+
+// TestProxyConnLatency checks that SetConnLatency delays connections and
+// directions independently: a request sent first on a slow connection
+// reaches the server after one sent later on a fast one.
+func TestProxyConnLatency(t *testing.T) {
+	addr, got := echoServer(t)
+	p, err := NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// Connections are numbered in the order the proxy accepted them: a
+	// round trip on the first before dialling the second fixes the order.
+	var conns [2]net.Conn
+	for i := range conns {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if r := roundTrip(t, c, 'o'); r != 'o' || <-got != 'o' {
+			t.Fatalf("echo on connection %d: got %q", i+1, r)
+		}
+		conns[i] = c
+	}
+	const slow = time.Second
+	p.SetConnLatency(func(conn uint64, dir Direction) time.Duration {
+		if (conn == 1 && dir == Requests) || (conn == 2 && dir == Replies) {
+			return slow
+		}
+		return 0
+	})
+
+	start := time.Now()
+	for i, b := range []byte{'a', 'b'} {
+		if _, err := conns[i].Write([]byte{b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if first, second := <-got, <-got; first != 'b' || second != 'a' {
+		t.Fatalf("the server read %q then %q; want 'b' (fast requests) before 'a' (slow requests)", first, second)
+	}
+	if d := time.Since(start); d < slow {
+		t.Errorf("the slow connection's request reached the server after %v, want at least %v", d, slow)
+	}
+	// The reply to 'b' was held up on its way back: it arrives a delay
+	// after its request reached the server, which was at once.
+	r := make([]byte, 1)
+	if _, err := io.ReadFull(conns[1], r); err != nil || r[0] != 'b' {
+		t.Fatalf("reply on the second connection: %q, %v", r, err)
+	}
+	if d := time.Since(start); d < slow {
+		t.Errorf("the reply on the connection with slow replies came after %v, want at least %v", d, slow)
+	}
+	if _, err := io.ReadFull(conns[0], r); err != nil || r[0] != 'a' {
+		t.Fatalf("reply on the first connection: %q, %v", r, err)
+	}
+
+	p.SetConnLatency(nil)
+	start = time.Now()
+	if r := roundTrip(t, conns[0], 'c'); r != 'c' || <-got != 'c' {
+		t.Fatalf("echo after SetConnLatency(nil): got %q", r)
+	}
+	if d := time.Since(start); d >= slow {
+		t.Errorf("a round trip after SetConnLatency(nil) took %v, want less than the %v removed", d, slow)
+	}
+}
+
+// TestProxyURL checks that ProxyURL puts a proxy in front of every host
+// and keeps the rest of the URL.
+func TestProxyURL(t *testing.T) {
+	a, _ := echoServer(t)
+	b, _ := echoServer(t)
+	raw, proxies, err := ProxyURL("redlock://" + a + "," + b + "/2?ttl=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, p := range proxies {
+			p.Close()
+		}
+	}()
+	if len(proxies) != 2 || proxies[0].Target() != a || proxies[1].Target() != b {
+		t.Fatalf("ProxyURL made proxies %v, want one to %s and one to %s", proxies, a, b)
+	}
+	if want := "redlock://" + proxies[0].Addr() + "," + proxies[1].Addr() + "/2?ttl=1s"; raw != want {
+		t.Errorf("ProxyURL returned %q, want %q", raw, want)
+	}
+	if _, _, err := ProxyURL("::"); err == nil {
+		t.Error("ProxyURL accepted a malformed URL")
+	}
+}
