@@ -3,9 +3,12 @@
 # redis-server (single instance, Redlock masters, Cluster) and ZooKeeper from
 # Debian's packages, and etcd built from the Go module proxy.
 # For the packages it uses apt-get as root; otherwise it says what to install
-# and fails. Debian's packages start system services on install; those are
-# stopped, since the project starts its own servers on high loopback ports
-# (scripts/services.sh).
+# and fails. Debian's packages may start system services on install (a
+# policy-rc.d forbids it, but some environments start them regardless);
+# a service that this install started is stopped again, since the project
+# starts its own servers on high loopback ports (scripts/services.sh).
+# Nothing else is stopped: servers already running on this machine, the
+# system's or anyone's, are left alone.
 #
 # etcd: the version tools/etcd/go.mod requires (a current release; Debian's
 # etcd-server is 3.4, past its support), built with the local Go toolchain
@@ -30,6 +33,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v ss >/dev/null 2>&1 || missing+=(iproute2) # services.sh: who holds a port
+command -v curl >/dev/null 2>&1 || missing+=(curl)   # services.sh: etcd health
 
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0
@@ -54,14 +59,42 @@ fi
 cleanup() { [ "$created_policy" -eq 1 ] && rm -f "$policy"; true; }
 trap cleanup EXIT
 
+# The system services the packages may start, with the pid files their
+# init scripts and systemd units write. One of them was started by this
+# install only if its pid file is new (or names another pid) afterwards.
+services=(redis-server:/run/redis/redis-server.pid zookeeper:/run/zookeeper/zookeeper.pid)
+read_pid() { # read_pid FILE: the pid in FILE, or nothing
+	local pid
+	pid=$(cat "$1" 2>/dev/null) || return 0
+	pid=${pid//[[:space:]]/}
+	[[ $pid =~ ^[1-9][0-9]*$ ]] && echo "$pid"
+	return 0
+}
+declare -A pid_before=()
+for entry in "${services[@]}"; do
+	pid_before[$entry]=$(read_pid "${entry#*:}")
+done
+
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 
-# Some environments start services regardless of policy-rc.d; stop any that did.
-for svc in redis-server zookeeper; do
+for entry in "${services[@]}"; do
+	svc=${entry%%:*}
+	pid=$(read_pid "${entry#*:}")
+	if [ -z "$pid" ] || [ "$pid" = "${pid_before[$entry]}" ] || ! kill -0 "$pid" 2>/dev/null; then
+		continue # not running, or running before this install: not ours to stop
+	fi
+	echo "install.sh: stopping the $svc service (pid $pid) that the package installation started" >&2
 	if command -v service >/dev/null 2>&1; then
 		service "$svc" stop >/dev/null 2>&1 || true
 	fi
+	# If the service manager did not stop it, signal that pid itself.
+	for sig in 0 TERM KILL; do
+		[ "$sig" = 0 ] || kill -s "$sig" "$pid" 2>/dev/null || true
+		for _ in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || continue 3
+			sleep 0.1
+		done
+	done
+	echo "install.sh: pid $pid of the $svc service did not stop" >&2
 done
-pkill -x redis-server 2>/dev/null || true
-pkill -f 'org.apache.zookeeper.server.quorum.QuorumPeerMain' 2>/dev/null || true

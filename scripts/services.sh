@@ -4,8 +4,10 @@
 # /tmp/locker-services). Nothing is mocked and nothing is installed here; see
 # scripts/install.sh.
 #
-#   scripts/services.sh up       start whatever is not running, wait until healthy
-#   scripts/services.sh down     stop everything started here, remove the directory
+#   scripts/services.sh up       start whatever is not running, wait until healthy;
+#                                fails, starting nothing, if another process holds a port
+#   scripts/services.sh down     stop the servers recorded in the directory's pid
+#                                files (nothing else), remove what up created there
 #   scripts/services.sh env      print the LOCKER_TEST_* variables (for eval)
 #   scripts/services.sh status   show what runs
 #
@@ -20,15 +22,32 @@
 # LOCKER_PORT_OFFSET (default 0) is added to every port, so that two sets
 # of servers (two checkouts, two CI jobs) can run side by side; give each
 # its own LOCKER_SERVICES_DIR too.
+#
+# Ownership: this script only ever uses, reports as running or stops a
+# process whose pid it recorded in $DIR/NAME.pid (tests that restart a
+# cluster member write the new pid there too), and only while that pid is
+# still that server (its command is redis-server, java or etcd, and its
+# command line or working directory lies under $DIR), so a recycled pid is
+# never mistaken for a server. Before starting anything, `up` checks every
+# port it is about to use (client, peer, quorum, election, cluster bus);
+# one held by any other process -- a server someone else started, the same
+# servers of another LOCKER_SERVICES_DIR, any program -- is an error that
+# names the port and the process, and nothing is started. Once up, each
+# port must be served by the pid recorded for it. When `up` fails it stops
+# the servers it started itself. Needs ss (iproute2) to see who holds a port.
 set -euo pipefail
 
-DIR=${LOCKER_SERVICES_DIR:-/tmp/locker-services}
+DIR=$(realpath -m -- "${LOCKER_SERVICES_DIR:-/tmp/locker-services}")
+[ "$DIR" != / ] || { echo "services.sh: LOCKER_SERVICES_DIR must not be /" >&2; exit 1; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/etcd-bin.sh
 . "$ROOT/scripts/etcd-bin.sh"
 HOST=127.0.0.1
 OFF=${LOCKER_PORT_OFFSET:-0}
-[[ $OFF =~ ^[0-9]+$ ]] && [ "$OFF" -le 20000 ] || { echo "services.sh: LOCKER_PORT_OFFSET must be a number from 0 to 20000, not '$OFF'" >&2; exit 1; }
+if ! [[ $OFF =~ ^[0-9]+$ ]] || [ "$OFF" -gt 20000 ]; then
+	echo "services.sh: LOCKER_PORT_OFFSET must be a number from 0 to 20000, not '$OFF'" >&2
+	exit 1
+fi
 REDIS_SINGLE=$((27000 + OFF))
 REDLOCK_PORTS=($((27001 + OFF)) $((27002 + OFF)) $((27003 + OFF)) $((27004 + OFF)) $((27005 + OFF)))
 CLUSTER_PORTS=($((27011 + OFF)) $((27012 + OFF)) $((27013 + OFF)))
@@ -42,12 +61,175 @@ ETCD_CLUSTER_CLIENT=($((23479 + OFF)) $((23579 + OFF)) $((23679 + OFF)))
 ETCD_CLUSTER_PEER=($((23480 + OFF)) $((23580 + OFF)) $((23680 + OFF)))
 ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-all.jar:/usr/share/java/metrics-core.jar:/usr/share/java/snappy-java.jar
 
+# Every server, by the name of its pid file.
+SERVICES=(zookeeper zk-ensemble-1 zk-ensemble-2 zk-ensemble-3 etcd etcd-cluster-1 etcd-cluster-2 etcd-cluster-3 redis-single)
+for p in "${REDLOCK_PORTS[@]}"; do SERVICES+=("redlock-$p"); done
+for p in "${CLUSTER_PORTS[@]}"; do SERVICES+=("cluster-$p"); done
+
 log() { echo "services.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-alive() { # alive NAME: the process recorded in NAME.pid runs
-	local pidfile="$DIR/$1.pid"
-	[ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+# ports_of NAME: the TCP ports server NAME listens on, one "PORT ROLE" a
+# line. A ZooKeeper member listens on its quorum port only while it leads.
+ports_of() {
+	local i
+	case $1 in
+	zookeeper) echo "$ZK_PORT client" ;;
+	zk-ensemble-[123])
+		i=$((${1#zk-ensemble-} - 1))
+		echo "${ZK_ENSEMBLE_CLIENT[i]} client"
+		echo "${ZK_ENSEMBLE_QUORUM[i]} quorum"
+		echo "${ZK_ENSEMBLE_ELECTION[i]} election"
+		;;
+	etcd) echo "$ETCD_PORT client" && echo "$ETCD_PEER peer" ;;
+	etcd-cluster-[123])
+		i=$((${1#etcd-cluster-} - 1))
+		echo "${ETCD_CLUSTER_CLIENT[i]} client"
+		echo "${ETCD_CLUSTER_PEER[i]} peer"
+		;;
+	redis-single) echo "$REDIS_SINGLE client" ;;
+	redlock-*) echo "${1#redlock-} client" ;;
+	cluster-*) echo "${1#cluster-} client" && echo "$((${1#cluster-} + 100)) cluster-bus" ;;
+	*) die "unknown server $1" ;;
+	esac
+}
+
+# pid_of NAME: the pid recorded in NAME.pid, if the file holds one.
+pid_of() {
+	local pid
+	pid=$(cat "$DIR/$1.pid" 2>/dev/null) || return 1
+	pid=${pid//[[:space:]]/}
+	[[ $pid =~ ^[1-9][0-9]*$ ]] || return 1
+	echo "$pid"
+}
+
+# ours NAME PID: PID is server NAME as started for $DIR (by this script, or
+# by a test from the run script this script wrote): its command is the
+# server's and its command line or working directory lies under $DIR.
+# redis-server rewrites its command line but runs in $DIR/NAME.
+ours() {
+	local want comm cmdline cwd
+	case $1 in
+	zookeeper | zk-ensemble-*) want=java ;;
+	etcd | etcd-cluster-*) want=$(basename "$ETCD_BIN") && want=${want:0:15} ;;
+	*) want=redis-server ;;
+	esac
+	comm=$(cat "/proc/$2/comm" 2>/dev/null) && [ "$comm" = "$want" ] || return 1
+	cmdline=$(tr '\0' ' ' <"/proc/$2/cmdline" 2>/dev/null) || return 1
+	cwd=$(readlink "/proc/$2/cwd" 2>/dev/null) || cwd=
+	[[ $cmdline == *"$DIR/"* || $cwd/ == "$DIR/"* ]]
+}
+
+alive() { # alive NAME: the server recorded in NAME.pid runs
+	local pid
+	pid=$(pid_of "$1") && running "$pid" && ours "$1" "$pid"
+}
+
+describe_pid() { # describe_pid PID: "pid PID (its command line)"
+	local cmd
+	cmd=$(tr -s '\0 ' '  ' <"/proc/$1/cmdline" 2>/dev/null) || cmd=
+	cmd=${cmd% }
+	[ -n "$cmd" ] || cmd="[$(cat "/proc/$1/comm" 2>/dev/null || echo exited)]"
+	[ ${#cmd} -le 240 ] || cmd="${cmd:0:100} ... ${cmd: -120}"
+	printf 'pid %s (%s)' "$1" "$cmd"
+}
+
+# port_users PORT [LISTEN]: the processes with a TCP socket on PORT at an
+# address that binding $HOST:PORT collides with (127.0.0.1, a wildcard,
+# ::ffff:127.0.0.1), in any state but TIME-WAIT (which SO_REUSEADDR lets a
+# server bind past), or only listening with LISTEN. One "PID STATES" a line;
+# PID is - when ss cannot show the process (another user's, without root).
+port_users() {
+	ss -Htanp "sport = :$1" | awk -v only="${2:-}" '
+		$1 == "TIME-WAIT" || (only != "" && $1 != only) { next }
+		{
+			addr = $4
+			sub(/:[0-9]+$/, "", addr)
+			sub(/%.*/, "", addr)
+			if (addr !~ /^(127\.0\.0\.1|0\.0\.0\.0|\*|\[::\]|\[::ffff:127\.0\.0\.1\]|\[::ffff:0\.0\.0\.0\])$/) next
+			n = 0
+			rest = $0
+			while (match(rest, /pid=[0-9]+/)) {
+				pid = substr(rest, RSTART + 4, RLENGTH - 4)
+				rest = substr(rest, RSTART + RLENGTH)
+				n++
+				add(pid, $1)
+			}
+			if (n == 0) add("-", $1)
+		}
+		function add(pid, st) {
+			if (!(pid in states)) { order[++count] = pid; states[pid] = st }
+			else if (index("," states[pid] ",", "," st ",") == 0) states[pid] = states[pid] "," st
+		}
+		END { for (i = 1; i <= count; i++) print order[i], states[order[i]] }'
+}
+
+describe_users() { # describe_users PORT: who holds PORT, or nothing
+	local pid states out=""
+	while read -r pid states; do
+		if [ "$pid" = - ]; then
+			out+="${out:+; }a process this user cannot see ($states)"
+		else
+			out+="${out:+; }$(describe_pid "$pid") ($states)"
+		fi
+	done < <(port_users "$1")
+	printf '%s' "$out"
+}
+
+# check_ports: before anything starts, every port of every server that is
+# not running yet must be free; otherwise fail, naming each port taken and
+# the process holding it.
+check_ports() {
+	local name port role users bad=()
+	for name in "${SERVICES[@]}"; do
+		alive "$name" && continue
+		while read -r port role; do
+			users=$(describe_users "$port")
+			[ -z "$users" ] || bad+=("  port $port ($name $role) is held by $users")
+		done < <(ports_of "$name")
+	done
+	[ ${#bad[@]} -eq 0 ] && return 0
+	log "ports needed for $DIR are held by processes this script did not start:"
+	printf '%s\n' "${bad[@]}" >&2
+	die "nothing started; stop those processes, or use other ports: LOCKER_PORT_OFFSET=N (now $OFF) with a LOCKER_SERVICES_DIR of its own"
+}
+
+# verify_ports: every port (the quorum port aside: only a leader has it)
+# is listened on by the pid recorded for its server, so the tests never
+# talk to a server that someone else started on it.
+verify_ports() {
+	local name pid port role users bad=()
+	for name in "${SERVICES[@]}"; do
+		if ! alive "$name"; then
+			bad+=("  $name is not running (its log is in $DIR/$name)")
+			while read -r port role; do
+				users=$(describe_users "$port")
+				[ -z "$users" ] || bad+=("    its port $port ($role) is held by $users")
+			done < <(ports_of "$name")
+			continue
+		fi
+		pid=$(pid_of "$name")
+		while read -r port role; do
+			[ "$role" != quorum ] || continue
+			port_users "$port" LISTEN | awk -v pid="$pid" '$1 == pid { found = 1 } END { exit !found }' && continue
+			users=$(describe_users "$port")
+			bad+=("  port $port ($name $role) is not served by $name ($(describe_pid "$pid")) but by ${users:-nothing}")
+		done < <(ports_of "$name")
+	done
+	[ ${#bad[@]} -eq 0 ] && return 0
+	log "servers are not where the tests will look for them:"
+	printf '%s\n' "${bad[@]}" >&2
+	die "giving up"
+}
+
+# The servers this run of `up` started; stopped again if `up` fails.
+STARTED=()
+UP_DONE=0
+started() { STARTED+=("$1"); }
+up_cleanup() {
+	[ "$UP_DONE" -eq 0 ] && [ ${#STARTED[@]} -gt 0 ] || return 0
+	log "stopping the servers this run started: ${STARTED[*]} (logs stay in $DIR)"
+	stop_servers started-here "${STARTED[@]}"
 }
 
 wait_for() { # wait_for WHAT SECONDS CMD...: retry CMD until it succeeds
@@ -68,7 +250,9 @@ start_redis() { # start_redis NAME PORT [extra redis-server args]
 	local name=$1 port=$2
 	shift 2
 	alive "$name" && return 0
+	rm -f "$DIR/$name.pid"
 	mkdir -p "$DIR/$name"
+	started "$name"
 	# No persistence: tests restart nodes to simulate data loss on purpose.
 	redis-server --bind $HOST --port "$port" --dir "$DIR/$name" \
 		--save '' --appendonly no --protected-mode no \
@@ -116,8 +300,6 @@ zk_ok() { [ "$(four_letter "$ZK_PORT" ruok 2>/dev/null)" = imok ] && four_letter
 
 start_zookeeper() { # launches the JVM; up() waits for health
 	alive zookeeper && return 0
-	command -v java >/dev/null || die "java not found (run scripts/install.sh)"
-	[ -f /usr/share/java/zookeeper.jar ] || die "ZooKeeper not found (run scripts/install.sh)"
 	mkdir -p "$DIR/zookeeper/data"
 	# tickTime 500 ms lets sessions be as short as 1 s (2 ticks), so crashed
 	# holders expire quickly in tests; maxSessionTimeout allows long TTLs.
@@ -137,6 +319,7 @@ start_zookeeper() { # launches the JVM; up() waits for health
 		-cp "$ZK_CLASSPATH" org.apache.zookeeper.server.ZooKeeperServerMain \
 		"$DIR/zookeeper/zoo.cfg" >"$DIR/zookeeper/zookeeper.log" 2>&1 &
 	echo $! >"$DIR/zookeeper.pid"
+	started zookeeper
 	# Not waited for here: the JVM starts while the other servers do; up()
 	# checks its health last.
 }
@@ -147,6 +330,7 @@ launch_member() {
 	chmod +x "$DIR/$1/run"
 	nohup "$DIR/$1/run" >>"$2" 2>&1 &
 	echo $! >"$DIR/$1.pid"
+	started "$1"
 }
 
 # The ZooKeeper ensemble: three members on one machine, each with its own
@@ -204,7 +388,6 @@ etcd_ok() { etcd_healthy "$ETCD_PORT"; }
 
 start_etcd() {
 	alive etcd && return 0
-	[ -x "$ETCD_BIN" ] || die "etcd not found at $ETCD_BIN (run scripts/install.sh)"
 	mkdir -p "$DIR/etcd"
 	nohup "$ETCD_BIN" --name locker --data-dir "$DIR/etcd/data" \
 		--listen-client-urls "http://$HOST:$ETCD_PORT" \
@@ -215,6 +398,7 @@ start_etcd() {
 		--logger zap --log-outputs stderr --log-level warn \
 		>"$DIR/etcd/etcd.log" 2>&1 &
 	echo $! >"$DIR/etcd.pid"
+	started etcd
 	wait_for "etcd on :$ETCD_PORT" 30 etcd_ok
 }
 
@@ -230,7 +414,6 @@ etcd_cluster_ok() {
 
 start_etcd_cluster() { # launches the three members; up() waits for health
 	local i j dir initial=""
-	[ -x "$ETCD_BIN" ] || die "etcd not found at $ETCD_BIN (run scripts/install.sh)"
 	for j in 1 2 3; do initial+="${initial:+,}m$j=http://$HOST:${ETCD_CLUSTER_PEER[j - 1]}"; done
 	for i in 1 2 3; do
 		dir=$DIR/etcd-cluster-$i
@@ -279,8 +462,19 @@ print_env() {
 }
 
 up() {
-	mkdir -p "$DIR"
 	command -v redis-server >/dev/null || die "redis-server not found (run scripts/install.sh)"
+	command -v redis-cli >/dev/null || die "redis-cli not found (run scripts/install.sh)"
+	command -v java >/dev/null || die "java not found (run scripts/install.sh)"
+	[ -f /usr/share/java/zookeeper.jar ] || die "ZooKeeper not found (run scripts/install.sh)"
+	[ -x "$ETCD_BIN" ] || die "etcd not found at $ETCD_BIN (run scripts/install.sh)"
+	command -v curl >/dev/null || die "curl not found (run scripts/install.sh)"
+	command -v ss >/dev/null || die "ss not found (package iproute2; run scripts/install.sh)"
+	ss -Htan >/dev/null || die "ss cannot list this machine's sockets, so ports held by other processes cannot be found"
+	check_ports
+	mkdir -p "$DIR"
+	trap up_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
 	# ZooKeeper's JVM takes the longest to start: launch it first, check it last.
 	start_zookeeper
 	start_zk_ensemble
@@ -293,43 +487,89 @@ up() {
 	wait_for "zookeeper on :$ZK_PORT" 60 zk_ok
 	wait_for "zookeeper ensemble on :${ZK_ENSEMBLE_CLIENT[*]}" 90 zk_ensemble_ok
 	wait_for "etcd cluster on :${ETCD_CLUSTER_CLIENT[*]}" 60 etcd_cluster_ok
+	verify_ports
 	print_env >"$DIR/env"
+	UP_DONE=1
+	trap - EXIT INT TERM
 	log "servers up; environment in $DIR/env"
 }
 
-stop_pidfile() { # stop_pidfile NAME: TERM, then KILL after 5 s
-	local pidfile="$DIR/$1.pid" pid i
-	[ -f "$pidfile" ] || return 0
-	pid=$(cat "$pidfile")
-	if kill -0 "$pid" 2>/dev/null; then
-		kill "$pid" 2>/dev/null || true
-		for i in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -9 "$pid" 2>/dev/null || true
-	fi
-	rm -f "$pidfile"
+running() { # running PID: the process exists and has not exited (a zombie has)
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[ "${stat:0:1}" != Z ]
 }
 
+# stop_servers [started-here] NAME...: stops the servers recorded in the
+# pid files NAME.pid if they are still those servers (TERM to all at once,
+# then KILL to any left after 10 s), and removes the pid files. With
+# started-here (up stopping what it has just launched, which may not have
+# exec'd into the server yet) the recorded pids are trusted.
+stop_servers() {
+	local trust=0 name pid pids=() names=() i
+	if [ "${1:-}" = started-here ]; then trust=1 && shift; fi
+	for name; do
+		[ -f "$DIR/$name.pid" ] || continue
+		names+=("$name")
+		if ! pid=$(pid_of "$name"); then
+			log "$name: $DIR/$name.pid holds no pid; removed"
+		elif ! running "$pid"; then
+			: # exited already
+		elif [ "$trust" -eq 0 ] && ! ours "$name" "$pid"; then
+			log "$name: pid $pid is no longer the server started here, left alone: $(describe_pid "$pid")"
+		else
+			kill "$pid" 2>/dev/null || true
+			pids+=("$pid")
+		fi
+	done
+	for i in $(seq 100); do
+		for pid in "${pids[@]}"; do
+			if running "$pid"; then
+				sleep 0.1
+				continue 2
+			fi
+		done
+		break
+	done
+	for pid in "${pids[@]}"; do
+		running "$pid" || continue
+		log "pid $pid did not stop within 10s; killing it"
+		kill -9 "$pid" 2>/dev/null || true
+	done
+	for name in "${names[@]}"; do rm -f "$DIR/$name.pid"; done
+}
+
+# down stops the servers recorded in $DIR's pid files and removes what this
+# script created there; $DIR itself goes only if nothing else is left in it.
 down() {
 	[ -d "$DIR" ] || return 0
-	local f
+	local f names=()
 	for f in "$DIR"/*.pid; do
-		[ -e "$f" ] || continue
-		stop_pidfile "$(basename "$f" .pid)"
+		[ -e "$f" ] && names+=("$(basename "$f" .pid)")
 	done
-	rm -rf "$DIR"
+	stop_servers "${names[@]}"
+	rm -rf "$DIR/env" "$DIR/cluster-create.log" "$DIR/zookeeper" "$DIR/etcd" "$DIR/redis-single" \
+		"$DIR"/redlock-[0-9]* "$DIR"/cluster-[0-9]* "$DIR"/zk-ensemble-[0-9]* "$DIR"/etcd-cluster-[0-9]*
+	rmdir "$DIR" 2>/dev/null || log "left $DIR in place: it holds files this script did not create"
 	log "servers stopped"
 }
 
 status() {
-	local f name
+	local f name pid
 	[ -d "$DIR" ] || { echo "no services (no $DIR)"; return 0; }
 	for f in "$DIR"/*.pid; do
 		[ -e "$f" ] || continue
 		name=$(basename "$f" .pid)
-		if alive "$name"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: dead"; fi
+		if ! pid=$(pid_of "$name"); then
+			echo "$name: no pid in $f"
+		elif ours "$name" "$pid"; then
+			echo "$name: running (pid $pid)"
+		elif kill -0 "$pid" 2>/dev/null; then
+			echo "$name: dead (pid $pid is now another process: $(describe_pid "$pid"))"
+		else
+			echo "$name: dead"
+		fi
 	done
 }
 
