@@ -78,23 +78,60 @@
 // timeout, in one transaction (delete our node, create it again under the
 // same name): it keeps its place in the queue and its fence.
 //
-// A server grants session timeouts only within its range. Should it grant
-// another timeout than the TTL asked for (for instance after its settings
-// changed since Open), the acquisition fails with ErrInvalidTTL naming the
-// server's range, rather than holding a lock for a time nobody asked for.
+// A server grants session timeouts only within its range, and grants one
+// on every connect and reconnect: an ensemble member whose range differs
+// from that of the server Open asked may grant less or more than the TTL
+// when a session moves to it, and the server then counts the session's
+// life with what it granted (and the client library asks for that timeout
+// on later reconnects). The Locker reads the timeout granted on each of
+// its connections. A new session granted another timeout than the TTL
+// fails the acquisition with ErrInvalidTTL naming the server's range,
+// rather than holding a lock for a time nobody asked for. A session
+// granted a shorter timeout on a reconnect loses its locks (see Losing a
+// lock); one granted a longer timeout keeps them, since the server keeps
+// them at least as long as promised. Either way the session takes no new
+// lock, which would not expire with its TTL: new locks of that TTL go to a
+// new session, and the old one is closed once it holds nothing.
 //
 // # Losing a lock
 //
-// Lost is closed when the lock's validity runs out on the local clock
-// without a successful refresh: the TTL from the start of the last refresh,
-// less a drift allowance, before which the session cannot have expired
-// even if the client was cut off since. It is also closed when the server
-// reports the session expired, and when the connection has been down for
-// a whole session timeout, after which the server may have expired the
-// session (an Acquire in progress then gives up too). A lock whose TTL ran
-// out is deleted from the server as soon as it can be, so that the next
-// waiter gets it. A Locker whose session expired goes on with a new one:
-// later locks are unaffected.
+// The server deletes a lock's node when it expires the lock's session,
+// which it does once it has heard nothing from the client for the session
+// timeout it granted on the client's latest connection. Lost is closed at
+// the first of the following. The first two close it before the server can
+// expire the session, unless the process is paused or the server's clock
+// runs fast (see Guarantees and their limits); the last two end the lock
+// once its session is, or may be, gone.
+//
+//   - The lock's validity runs out on the local clock without a successful
+//     refresh: the TTL, less a drift allowance, from the start of the last
+//     refresh (or of the acquisition). Each of them sends its requests
+//     after that start, and a session granted the TTL then lives at least
+//     a TTL after the server receives them, even if the client was cut off
+//     right after.
+//   - A reconnect is granted a shorter session timeout than the TTL. The
+//     grant is read before the client library sends anything on the new
+//     connection, so no request of a lock is answered there while its
+//     Lost is open. Refresh and Release then return ErrNotHeld with a
+//     cause that names the grant (it also matches ErrInvalidTTL), and the
+//     node is deleted. An Acquire waiting in that session gives up its
+//     place and queues again in a new session, whose setup fails with
+//     ErrInvalidTTL where the server grants less than the TTL.
+//   - The server reports the session expired.
+//   - The connection has been down for a whole session timeout, after
+//     which the server may have expired the session (an Acquire in
+//     progress then gives up too).
+//
+// A lock whose TTL ran out is deleted from the server as soon as it can be,
+// so that the next waiter gets it. A Locker whose session expired goes on
+// with a new one: later locks are unaffected.
+//
+// One reconnect cannot be checked: one whose answer is lost, the server
+// having granted a shorter timeout on a connection that dropped before the
+// client read the grant. Should the client then stay cut off from every
+// server, the server may expire the session up to the difference between
+// the two timeouts before Lost closes. Give every member of an ensemble
+// the same session range; fencing covers the rest.
 //
 // # Fencing tokens
 //
@@ -143,5 +180,8 @@
 // Options.SessionTimeout (the client library does not expose it; New checks
 // it against the server's range). The Locker does not close the
 // connection. It notices a session expiry through its refreshes rather
-// than at once (Capabilities().LossSignal is false).
+// than at once (Capabilities().LossSignal is false), and it cannot see the
+// timeouts granted on the connection's reconnects, which it does not read:
+// a member that grants a shorter one can expire the session before Lost
+// closes, so give every member the same session range.
 package zookeeper

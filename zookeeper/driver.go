@@ -46,6 +46,7 @@ type hooks struct {
 	listed       func(self string, n int) // a waiter listed the queue (n children)
 	pipelined    func(self string)        // the listing sent behind the create was used
 	decide       func()                   // a request's goroutine is about to say whose its outcome is
+	gaveUp       func()                   // a caller stopped waiting for its request's outcome
 }
 
 var testHooks atomic.Pointer[hooks]
@@ -62,12 +63,13 @@ type driver struct {
 
 	mu       sync.Mutex
 	closed   bool
-	sessions map[time.Duration]*session
-	wg       sync.WaitGroup // session setups, idle closes, cleanups
+	sessions map[time.Duration]*session // the session new locks of each TTL go to
+	retired  map[*session]bool          // sessions taking no new locks, until closed
+	wg       sync.WaitGroup             // session setups, idle closes, cleanups
 }
 
 func newDriver(log *slog.Logger) *driver {
-	return &driver{log: log, done: make(chan struct{}), sessions: map[time.Duration]*session{}}
+	return &driver{log: log, done: make(chan struct{}), sessions: map[time.Duration]*session{}, retired: map[*session]bool{}}
 }
 
 func (d *driver) newSession(key time.Duration, owned bool) *session {
@@ -114,27 +116,16 @@ func (d *driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 		return nil, backend.ErrClosed
 	}
 	s := d.sessions[key]
+	if s != nil && s.isRetired() {
+		delete(d.sessions, key)
+		d.retired[s] = true
+		s = nil
+	}
 	if s == nil {
 		s = d.newSession(key, true)
 		d.sessions[key] = s
 		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			err := d.openSession(s)
-			if err != nil {
-				d.mu.Lock()
-				if d.sessions[key] == s {
-					delete(d.sessions, key)
-				}
-				d.mu.Unlock()
-				s.mu.Lock()
-				s.closed = true
-				close(s.done)
-				s.mu.Unlock()
-			}
-			s.setupErr = err
-			close(s.ready)
-		}()
+		go d.setup(s)
 	}
 	s.ref() // under d.mu, so that closeIdle cannot take it away meanwhile
 	d.mu.Unlock()
@@ -151,16 +142,39 @@ func (d *driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 	return s, nil
 }
 
+// setup opens s, or forgets it if that fails; ready says when it is done.
+func (d *driver) setup(s *session) {
+	defer d.wg.Done()
+	err := d.openSession(s)
+	if err != nil {
+		d.mu.Lock()
+		if d.sessions[s.key] == s {
+			delete(d.sessions, s.key)
+		}
+		delete(d.retired, s)
+		d.mu.Unlock()
+		s.mu.Lock()
+		s.closed = true
+		close(s.done)
+		s.mu.Unlock()
+	}
+	s.setupErr = err
+	close(s.ready)
+}
+
 // closeIdle closes s if it is still unused.
 func (d *driver) closeIdle(s *session) {
 	d.mu.Lock()
 	s.mu.Lock()
-	if s.refs > 0 || s.closed || d.closed || d.sessions[s.key] != s {
+	if s.refs > 0 || s.closed || d.closed || (d.sessions[s.key] != s && !d.retired[s]) {
 		s.mu.Unlock()
 		d.mu.Unlock()
 		return
 	}
-	delete(d.sessions, s.key)
+	if d.sessions[s.key] == s {
+		delete(d.sessions, s.key)
+	}
+	delete(d.retired, s)
 	s.mu.Unlock()
 	d.wg.Add(1)
 	d.mu.Unlock()
@@ -178,6 +192,9 @@ func (d *driver) Close() error {
 	close(d.done)
 	var all []*session
 	for _, s := range d.sessions {
+		all = append(all, s)
+	}
+	for s := range d.retired {
 		all = append(all, s)
 	}
 	if d.fixed != nil {
@@ -214,16 +231,28 @@ func (d *driver) acquire(ctx context.Context, req backend.Request, wait bool) (b
 	}
 	parent := d.base + "/" + encodeKey(req.Key)
 	for attempt := 1; ; attempt++ {
-		acq, err := d.queue(ctx, s, s.epoch(), parent, req, wait)
+		ep, err := s.current()
 		if err == nil {
-			return acq, nil // the lock keeps the session's reference
+			var acq backend.Acquisition
+			if acq, err = d.queue(ctx, s, ep, parent, req, wait); err == nil {
+				return acq, nil // the lock keeps the session's reference
+			}
 		}
 		// A session that expired while we queued took our node with it:
-		// queue again in the session that replaced it.
-		requeue := errors.Is(err, errRequeue) || errors.Is(err, errSessionExpired) || errors.Is(err, zk.ErrSessionExpired)
+		// queue again in the session that replaced it. One that was
+		// granted another timeout takes no new locks: queue again in a
+		// session of our own, whose setup checks what the server grants.
+		fresh := regranted(err)
+		requeue := fresh || errors.Is(err, errRequeue) || errors.Is(err, errSessionExpired) || errors.Is(err, zk.ErrSessionExpired)
 		if !requeue || attempt == maxAttempts || ctx.Err() != nil {
 			s.unref()
 			return backend.Acquisition{}, d.describe(err, req.Key)
+		}
+		if fresh {
+			s.unref()
+			if s, err = d.session(ctx, req.TTL); err != nil {
+				return backend.Acquisition{}, err
+			}
 		}
 	}
 }
@@ -595,6 +624,14 @@ func (d *driver) describe(err error, key string) error {
 // so the lock's TTL is also enforced here: unless refreshed, the node is
 // deleted when the TTL runs out (Expire, called by package locker at the
 // lock's validity deadline), as a server would expire a key.
+//
+// held is not a backend.Bounded. While it is held, its session's granted
+// timeout is its TTL (a reconnect granted less ends it), and the requests
+// of an acquisition or a refresh go out after the start package locker
+// counts its validity from, so the server keeps the session at least that
+// long after: the session's own bound, last confirmed reply plus timeout,
+// would never be the smaller. Knowing it would also take the sending time
+// of every request, read off the wire.
 type held struct {
 	d      *driver
 	path   string
@@ -664,8 +701,8 @@ func (h *held) sessionEnded(cause error) {
 		return
 	}
 	if !errors.Is(cause, errSessionExpired) && !errors.Is(cause, errSessionClosed) {
-		// Presumed expired: if the session survives after all, our node
-		// must not stay behind.
+		// Presumed expired, or granted a shorter timeout: the session may
+		// live on, and our node must not stay behind in it.
 		s.cleanup(h.path)
 	}
 	h.lost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
@@ -694,14 +731,7 @@ func (h *held) state() (*session, *epoch, int64, error) {
 }
 
 // notHeld reports whether err means the lock is gone: its epoch ended.
-func notHeld(err error, ep *epoch) bool {
-	select {
-	case <-ep.gone:
-		return err != nil
-	default:
-		return false
-	}
-}
+func notHeld(err error, ep *epoch) bool { return err != nil && ep.ended() }
 
 // check reads our node and says whether it is still ours.
 func (h *held) check(ctx context.Context, s *session, ep *epoch, owner int64) error {
@@ -727,6 +757,11 @@ func (h *held) check(ctx context.Context, s *session, ep *epoch, owner int64) er
 			s.cleanup(h.path)
 		}
 		return fmt.Errorf("%w: the lock node belongs to another session", backend.ErrNotHeld)
+	case ep.ended():
+		// The epoch ended while the read was out: an answer that came back
+		// on a connection granted a shorter session (whose epoch ends
+		// before any request is sent on it) does not make the lock ours.
+		return fmt.Errorf("%w: %w", backend.ErrNotHeld, ep.err())
 	}
 	return nil
 }
@@ -736,6 +771,11 @@ func (h *held) check(ctx context.Context, s *session, ep *epoch, owner int64) er
 // a round trip made now shows that it was alive now: Sync first, so that
 // a server cut off from the leader cannot answer from stale data. A new
 // TTL moves the lock to the session with that timeout.
+//
+// Package locker counts the refreshed validity from before this call.
+// Waiting here for the lock's turn (behind a TTL or Release in flight)
+// only makes that start earlier than the requests that prove the session
+// alive, so the deadline errs early, never late.
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := h.begin(ctx); err != nil {
 		return err
@@ -781,7 +821,11 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 	if err != nil {
 		return err
 	}
-	ep2 := s2.epoch()
+	ep2, err := s2.current()
+	if err != nil {
+		s2.unref() // nothing sent: the lock stays where it is
+		return err
+	}
 	s1 := h.s // h.op is ours: only we change h.s
 	err = s2.call(ctx, ep2, func() error {
 		res, err := s2.conn.Multi(
@@ -813,6 +857,12 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 		s2.unref() // refused by the server: nothing changed
 		return err
 	}
+	return h.adopt(s1, s2, ep2, key)
+}
+
+// adopt hands the lock from s1 to s2, whose epoch ep2 the move's
+// transaction made its node in.
+func (h *held) adopt(s1, s2 *session, ep2 *epoch, key time.Duration) error {
 	s2.mu.Lock()
 	id, same := s2.id, s2.cur == ep2
 	s2.mu.Unlock()

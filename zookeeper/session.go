@@ -21,15 +21,25 @@ import (
 //
 // The client library reconnects by itself and, once the server reports the
 // session expired, starts a new session on the same connection. An epoch
-// is the life of one server-side session: it ends when the server reports
-// the session expired, or when the connection has been down for a whole
-// session timeout, after which the server may have expired it. Locks and
-// acquisitions belong to the epoch they were made in and end with it.
+// is a span during which one server-side session keeps the timeout the
+// locks assume: it ends when the server reports the session expired, when
+// the connection has been down for a whole session timeout (after which
+// the server may have expired it), or when a reconnect is granted a
+// shorter timeout. Locks and acquisitions belong to the epoch they were
+// made in and end with it.
+//
+// Each (re)connect renegotiates the timeout, and the server counts the
+// session's life from then on with what it granted on that connection; a
+// member with another session range can grant more or less than the TTL,
+// and the client library asks for that timeout on later reconnects. A
+// session granted another timeout than its own is therefore retired: it
+// takes no new locks (acquisitions open a session of their own), and it
+// is closed once it holds nothing.
 type session struct {
 	d       *driver
 	conn    *zk.Conn
 	owned   bool          // opened by the driver; closed when idle or on Close
-	timeout time.Duration // every lock's TTL; setup fails if the server grants another
+	timeout time.Duration // every lock's TTL; setup fails, and a reconnect retires the session, if the server grants another
 	key     time.Duration // the sessions map key
 
 	ready     chan struct{} // closed when setup finished, well or not
@@ -51,32 +61,66 @@ type session struct {
 	lostTimer *time.Timer      // ends the epoch if the connection stays down
 	helds     map[*held]*epoch // held locks, and the epoch each belongs to
 	done      chan struct{}    // closed by close
+	retired   error            // why the session takes no new locks; nil while it does
 }
 
-// epoch is the life of one server-side session; see session.
+// epoch is a span of one server-side session with the timeout its locks
+// assume; see session.
 type epoch struct {
 	gone  chan struct{} // closed when the epoch ends
 	cause error         // why; set before gone is closed
 }
 
 // epochError says why an epoch ended.
-type epochError struct{ msg string }
+type epochError struct {
+	msg string
+	err error // a sentinel it wraps, if any
+}
 
 func (e *epochError) Error() string { return e.msg }
+func (e *epochError) Unwrap() error { return e.err }
 
 // Why an epoch ended.
 var (
-	errSessionExpired = &epochError{"zookeeper: the session expired"}
-	errSessionClosed  = &epochError{"zookeeper: the session was closed"}
+	errSessionExpired = &epochError{msg: "zookeeper: the session expired"}
+	errSessionClosed  = &epochError{msg: "zookeeper: the session was closed"}
 )
 
 // errDisconnected is an epoch's cause when the connection stayed down for a
 // whole session timeout.
 func errDisconnected(timeout time.Duration) error {
-	return &epochError{fmt.Sprintf("zookeeper: disconnected for longer than the %v session timeout, so the server may have expired the session", timeout)}
+	return &epochError{msg: fmt.Sprintf("zookeeper: disconnected for longer than the %v session timeout, so the server may have expired the session", timeout)}
+}
+
+// errGranted says that a (re)connect to server was granted a session
+// timeout other than the session's own, want. It wraps ErrInvalidTTL: the
+// server no longer keeps the session for the TTL its locks were taken with.
+func errGranted(server string, granted, want time.Duration) error {
+	if granted < want {
+		return &epochError{fmt.Sprintf("zookeeper: on reconnecting, %s granted a session timeout of %v, shorter than the %v TTL of the locks in the session: the server may expire them sooner than their holders reckon",
+			server, granted, want), backend.ErrInvalidTTL}
+	}
+	return &epochError{fmt.Sprintf("zookeeper: on reconnecting, %s granted a session timeout of %v where %v was asked for: a crashed holder would block others for longer than its TTL, so the session takes no new locks",
+		server, granted, want), backend.ErrInvalidTTL}
+}
+
+// regranted reports whether err says that the session was granted another
+// timeout: an acquisition then tries again in a session of its own.
+func regranted(err error) bool {
+	var ee *epochError
+	return errors.As(err, &ee) && errors.Is(ee, backend.ErrInvalidTTL)
 }
 
 func (e *epoch) err() error { return e.cause }
+
+func (e *epoch) ended() bool {
+	select {
+	case <-e.gone:
+		return true
+	default:
+		return false
+	}
+}
 
 func newEpoch() *epoch { return &epoch{gone: make(chan struct{})} }
 
@@ -85,6 +129,23 @@ func (s *session) epoch() *epoch {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur
+}
+
+// current returns the epoch a new lock is to be taken in, or why the
+// session takes no new locks.
+func (s *session) current() (*epoch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.retired != nil {
+		return nil, s.retired
+	}
+	return s.cur, nil
+}
+
+func (s *session) isRetired() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retired != nil
 }
 
 // event receives the connection's state changes (zk.WithEventCallback). It
@@ -98,23 +159,7 @@ func (s *session) event(ev zk.Event) {
 	s.mu.Lock()
 	switch ev.State {
 	case zk.StateHasSession:
-		id := s.grantedID.Load()
-		if s.id != 0 && id != s.id {
-			// A new session without an expiry notice first: the old one is
-			// gone all the same.
-			cause = errSessionExpired
-			ended = s.endEpochLocked(cause)
-		}
-		s.id = id
-		if s.lostTimer != nil {
-			s.lostTimer.Stop()
-			s.lostTimer = nil
-		}
-		select {
-		case <-s.connected:
-		default:
-			close(s.connected)
-		}
+		ended, cause = s.grantedLocked(ev.Server)
 	case zk.StateDisconnected:
 		if s.id != 0 && s.lostTimer == nil && !s.closed {
 			cur := s.cur
@@ -128,6 +173,51 @@ func (s *session) event(ev zk.Event) {
 	for _, h := range ended {
 		h.sessionEnded(cause)
 	}
+}
+
+// grantedLocked takes in a session the server granted on a new connection,
+// before the client library sends any request on it, and returns the locks
+// whose epoch that ends, and why. s.mu is held.
+//
+// The timeout of the first connection is openSession's to check. On a
+// reconnect, a shorter timeout than the session's ends the epoch: the
+// server now expires the session, and the locks with it, sooner than they
+// were promised. Any other timeout retires the session.
+func (s *session) grantedLocked(server string) ([]*held, error) {
+	var ended []*held
+	var cause error
+	id := s.grantedID.Load()
+	renewed := s.id != 0 && id != s.id
+	if renewed {
+		// A new session without an expiry notice first: the old one is
+		// gone all the same.
+		cause = errSessionExpired
+		ended = s.endEpochLocked(cause)
+	}
+	if s.lostTimer != nil {
+		s.lostTimer.Stop()
+		s.lostTimer = nil
+	}
+	select {
+	case <-s.connected:
+		granted := time.Duration(s.granted.Load()) * time.Millisecond
+		if granted != s.timeout {
+			err := errGranted(server, granted, s.timeout)
+			if granted < s.timeout && !renewed {
+				cause = err
+				ended = s.endEpochLocked(cause)
+			}
+			if s.retired == nil {
+				s.d.log.Warn("locker/zookeeper: session retired", "err", err)
+			}
+			s.retired = err
+			s.armIdleLocked()
+		}
+	default:
+		close(s.connected)
+	}
+	s.id = id
+	return ended, cause
 }
 
 // presumeExpired ends epoch ep when the connection has stayed down for a
@@ -237,15 +327,24 @@ func (s *session) call(ctx context.Context, ep *epoch, fn func() error, abandone
 	if !state.CompareAndSwap(running, gaveUp) {
 		return <-done // fn finished just now: its outcome stands
 	}
+	if h := testHooks.Load(); h != nil && h.gaveUp != nil {
+		h.gaveUp()
+	}
 	if abandoned != nil && err == ctx.Err() {
-		t := time.NewTimer(cleanupTimeout)
-		select {
-		case <-done:
-		case <-t.C:
-		}
-		t.Stop()
+		awaitUndo(done)
 	}
 	return err
+}
+
+// awaitUndo waits, within cleanupTimeout, until an abandoned request was
+// undone.
+func awaitUndo(done <-chan error) {
+	t := time.NewTimer(cleanupTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // ref counts one more user of the session.
@@ -263,13 +362,23 @@ func (s *session) unref() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refs--
-	if s.refs == 0 && s.owned && !s.closed {
-		d := time.Duration(sessionIdle.Load())
-		if s.idle == nil {
-			s.idle = time.AfterFunc(d, func() { s.d.closeIdle(s) })
-		} else {
-			s.idle.Reset(d)
-		}
+	s.armIdleLocked()
+}
+
+// armIdleLocked starts the timer that closes an unused session: after
+// sessionIdle, or at once if it is retired. s.mu is held.
+func (s *session) armIdleLocked() {
+	if s.refs > 0 || !s.owned || s.closed {
+		return
+	}
+	d := time.Duration(sessionIdle.Load())
+	if s.retired != nil {
+		d = 0
+	}
+	if s.idle == nil {
+		s.idle = time.AfterFunc(d, func() { s.d.closeIdle(s) })
+	} else {
+		s.idle.Reset(d)
 	}
 }
 

@@ -438,6 +438,65 @@ func fourLetter(t testing.TB, server, word string) string {
 	return b.String()
 }
 
+// sessionRange is the span of session timeouts a server grants.
+type sessionRange struct{ min, max time.Duration }
+
+func (r sessionRange) clamp(d time.Duration) time.Duration { return min(max(d, r.min), r.max) }
+
+// outside returns a timeout the server does not grant.
+func (r sessionRange) outside() time.Duration {
+	if r.min >= 2*time.Millisecond {
+		return r.min / 2
+	}
+	return r.max + time.Second
+}
+
+// readRange reads the session range of the server at addr from its
+// settings, not from the Locker under test: through the 4lw 'conf' if the
+// server allows it, else from the zoo.cfg under the services directory
+// that has addr's port.
+func readRange(t testing.TB, addr string) sessionRange {
+	t.Helper()
+	if conf := fourLetter(t, addr, "conf"); strings.Contains(conf, "maxSessionTimeout=") {
+		return parseRange(t, conf)
+	}
+	dir := os.Getenv(testenv.ServicesDir)
+	_, port, _ := net.SplitHostPort(addr)
+	cfgs, _ := filepath.Glob(filepath.Join(dir, "*", "zoo.cfg"))
+	for _, p := range cfgs {
+		if b, err := os.ReadFile(p); err == nil && cfgValue(string(b), "clientPort") == port {
+			return parseRange(t, string(b))
+		}
+	}
+	t.Fatalf("cannot read the session range of %s: it does not allow 'conf' (4lw.commands.whitelist), and no zoo.cfg under %s=%q has its port", addr, testenv.ServicesDir, dir)
+	return sessionRange{}
+}
+
+// parseRange reads minSessionTimeout and maxSessionTimeout from the
+// key=value lines of cfg; ZooKeeper's defaults are 2 and 20 ticks.
+func parseRange(t testing.TB, cfg string) sessionRange {
+	t.Helper()
+	ms := func(key string, dflt int) time.Duration {
+		v, err := strconv.Atoi(cfgValue(cfg, key))
+		if err != nil || v < 0 {
+			v = dflt
+		}
+		return time.Duration(v) * time.Millisecond
+	}
+	tick := int(ms("tickTime", 3000) / time.Millisecond)
+	return sessionRange{min: ms("minSessionTimeout", 2*tick), max: ms("maxSessionTimeout", 20*tick)}
+}
+
+// cfgValue returns the value of key in the key=value lines of cfg, or "".
+func cfgValue(cfg, key string) string {
+	for _, line := range strings.Split(cfg, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+"="); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
 // TestHandoffStress hands one key around three Lockers for a few seconds,
 // through contexts that can be cancelled (so each request runs on a
 // goroutine of its own, whose outcome must reach the caller and nothing
@@ -896,47 +955,34 @@ func TestACL(t *testing.T) {
 // every lock; the connection stays open after Close.
 func TestNew(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	c := dial(t, testenv.Hosts(t, raw), 5*time.Second)
+	host := testenv.Hosts(t, raw)[0]
+	rng := readRange(t, host)
+	timeout := rng.clamp(5 * time.Second) // what the server grants c
+	c := dial(t, []string{host}, timeout)
 	base := "/" + uniq("new")
 	ctx := context.Background()
+	newRejects(t, c, rng, timeout)
 
-	for _, tc := range []struct {
-		opts *zookeeper.Options
-		want string
-	}{
-		{nil, "SessionTimeout is required"},
-		{&zookeeper.Options{SessionTimeout: 500 * time.Millisecond}, "cannot have it"},
-		{&zookeeper.Options{SessionTimeout: 5 * time.Second, Path: "/a//b"}, "empty element"},
-	} {
-		if _, err := zookeeper.New(c, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error containing %q", tc.opts, err, tc.want)
-		}
-	}
-	_, err := zookeeper.New(c, &zookeeper.Options{SessionTimeout: 500 * time.Millisecond})
-	if !errors.Is(err, locker.ErrInvalidTTL) || !strings.Contains(err.Error(), "from 1s to 2m0s") {
-		t.Errorf("New with an impossible SessionTimeout = %v, want ErrInvalidTTL naming the server's range", err)
-	}
-
-	l, err := zookeeper.New(c, &zookeeper.Options{SessionTimeout: 5 * time.Second, Path: base})
+	l, err := zookeeper.New(c, &zookeeper.Options{SessionTimeout: timeout, Path: base})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if caps := l.Capabilities(); caps.MinTTL != 5*time.Second || caps.MaxTTL != 5*time.Second || caps.LossSignal {
-		t.Errorf("Capabilities = %+v", caps)
+	if caps := l.Capabilities(); caps.MinTTL != timeout || caps.MaxTTL != timeout || caps.LossSignal {
+		t.Errorf("Capabilities = %+v, want MinTTL and MaxTTL %v", caps, timeout)
 	}
 	lk, err := l.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := lk.TTL(ctx); err != nil || d > 5*time.Second || d < 4*time.Second {
-		t.Errorf("TTL() = %v, %v; want the session timeout, 5s", d, err)
+	if d, err := lk.TTL(ctx); err != nil || d > timeout || d < timeout*4/5 {
+		t.Errorf("TTL() = %v, %v; want the session timeout, %v", d, err, timeout)
 	}
 	nodes := lockNodes(t, c, base, "k")
 	_, st, err := c.Get(base + "/" + zookeeper.EncodeKey("k") + "/" + nodes[0])
 	if err != nil || st.EphemeralOwner != c.SessionID() {
 		t.Errorf("lock node owner %#x, want the given connection's session %#x (%v)", st.EphemeralOwner, c.SessionID(), err)
 	}
-	if _, err := l.Acquire(ctx, "other", locker.WithTTL(10*time.Second)); !errors.Is(err, locker.ErrInvalidTTL) {
+	if _, err := l.Acquire(ctx, "other", locker.WithTTL(timeout+time.Second)); !errors.Is(err, locker.ErrInvalidTTL) {
 		t.Errorf("Acquire with another TTL = %v, want ErrInvalidTTL", err)
 	}
 	if err := l.Close(); err != nil {
@@ -950,6 +996,28 @@ func TestNew(t *testing.T) {
 	}
 	if c.State() != zk.StateHasSession {
 		t.Errorf("the Locker closed the caller's connection: state %v", c.State())
+	}
+}
+
+// newRejects checks that New refuses bad options, naming the problem; for
+// a session timeout c's server cannot have granted, its range.
+func newRejects(t *testing.T, c *zk.Conn, rng sessionRange, timeout time.Duration) {
+	t.Helper()
+	for _, tc := range []struct {
+		opts *zookeeper.Options
+		want string
+	}{
+		{nil, "SessionTimeout is required"},
+		{&zookeeper.Options{SessionTimeout: rng.outside()}, "cannot have it"},
+		{&zookeeper.Options{SessionTimeout: timeout, Path: "/a//b"}, "empty element"},
+	} {
+		if _, err := zookeeper.New(c, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.opts, err, tc.want)
+		}
+	}
+	_, err := zookeeper.New(c, &zookeeper.Options{SessionTimeout: rng.outside()})
+	if want := fmt.Sprintf("from %v to %v", rng.min, rng.max); !errors.Is(err, locker.ErrInvalidTTL) || !strings.Contains(err.Error(), want) {
+		t.Errorf("New with an impossible SessionTimeout = %v, want ErrInvalidTTL naming the server's range, %s", err, want)
 	}
 }
 
@@ -982,25 +1050,27 @@ func TestURL(t *testing.T) {
 	host := testenv.Hosts(t, raw)[0]
 	c := dial(t, []string{host}, 10*time.Second)
 	ctx := context.Background()
+	rng := readRange(t, host)
+	ttl := rng.clamp(3 * time.Second)
 	for _, scheme := range []string{"zookeeper", "zk"} {
 		base := "/" + uniq(scheme) + "/nested"
-		l := open(t, scheme+"://"+host+base+"?ttl=3s&prefix=app/")
+		l := open(t, fmt.Sprintf("%s://%s%s?ttl=%v&prefix=app/", scheme, host, base, ttl))
 		caps := l.Capabilities()
-		if caps.MinTTL != time.Second || caps.MaxTTL != 2*time.Minute || !caps.Fencing || !caps.FIFO || !caps.LossSignal {
-			t.Errorf("%s: Capabilities = %+v, want MinTTL 1s and MaxTTL 2m from the server", scheme, caps)
+		if caps.MinTTL != rng.min || caps.MaxTTL != rng.max || !caps.Fencing || !caps.FIFO || !caps.LossSignal {
+			t.Errorf("%s: Capabilities = %+v, want MinTTL %v and MaxTTL %v from the server", scheme, caps, rng.min, rng.max)
 		}
 		lk, err := l.Acquire(ctx, "k")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d, err := lk.TTL(ctx); err != nil || d > 3*time.Second || d < 2*time.Second {
-			t.Errorf("%s: TTL() = %v, %v; want the URL's 3s", scheme, d, err)
+		if d, err := lk.TTL(ctx); err != nil || d > ttl || d < ttl*2/3 {
+			t.Errorf("%s: TTL() = %v, %v; want the URL's %v", scheme, d, err, ttl)
 		}
 		if nodes := lockNodes(t, c, base, "app/k"); len(nodes) != 1 {
 			t.Errorf("%s: no lock node for app/k under %s: %v", scheme, base, nodes)
 		}
-		if _, err := l.Acquire(ctx, "k2", locker.WithTTL(500*time.Millisecond)); !errors.Is(err, locker.ErrInvalidTTL) {
-			t.Errorf("%s: TTL below the server's minSessionTimeout: %v, want ErrInvalidTTL", scheme, err)
+		if _, err := l.Acquire(ctx, "k2", locker.WithTTL(rng.outside())); !errors.Is(err, locker.ErrInvalidTTL) {
+			t.Errorf("%s: TTL outside the server's session range: %v, want ErrInvalidTTL", scheme, err)
 		}
 		lk.Release(ctx)
 	}
@@ -1045,7 +1115,7 @@ func (s *zkServer) start(minTimeout, maxTimeout time.Duration) {
 	s.t.Helper()
 	_, port, _ := net.SplitHostPort(s.addr)
 	cfg := fmt.Sprintf("tickTime=500\ndataDir=%s/data\nclientPort=%s\nclientPortAddress=127.0.0.1\n"+
-		"minSessionTimeout=%d\nmaxSessionTimeout=%d\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\nforceSync=no\n",
+		"minSessionTimeout=%d\nmaxSessionTimeout=%d\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,cons\nforceSync=no\n",
 		s.dir, port, minTimeout.Milliseconds(), maxTimeout.Milliseconds())
 	if err := os.WriteFile(filepath.Join(s.dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
 		s.t.Fatal(err)
@@ -1143,6 +1213,142 @@ func TestSessionTimeoutMismatch(t *testing.T) {
 	lk.Release(ctx)
 }
 
+// TestReconnectGrantsShorter: a session that reconnects to a server which
+// grants it a shorter timeout than the TTL of its locks loses them, with a
+// cause that names the grant; nothing is taken or kept in it on the
+// strength of the old timeout. The private server is restarted with a
+// narrower range while a lock is held and another Acquire waits in the
+// queue; the clients re-attach their sessions (which the server keeps in
+// its data directory) and get what the new range allows. Every check
+// waits for an answer from the restarted server, never for time to pass.
+func TestReconnectGrantsShorter(t *testing.T) {
+	s := startZK(t, time.Second, 2*time.Minute)
+	ctx := context.Background()
+	base := "/" + uniq("shorter")
+	a, b := open(t, "zookeeper://"+s.addr+base), open(t, "zookeeper://"+s.addr+base)
+	c := dial(t, []string{s.addr}, 10*time.Second)
+	long := locker.WithTTL(time.Minute)
+	lk, err := a.Acquire(ctx, "k", long, locker.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lkB, waited := queueBehind(t, b, a, "q", long)
+	testenv.WaitFor(t, 5*time.Second, "the waiter queued", func() bool { return len(lockNodes(t, c, base, "q")) == 2 })
+
+	s.stop()
+	s.start(2*time.Second, 4*time.Second)
+
+	// Any answer now comes over a connection the restarted server granted
+	// 4s: the Locker has read that grant before anything was sent on it.
+	const short = "granted a session timeout of 4s"
+	err = untilAnswered(t, func(ctx context.Context) error { return lk.Refresh(ctx, time.Minute) })
+	if !errors.Is(err, locker.ErrNotHeld) || !strings.Contains(err.Error(), short+", shorter than the 1m0s TTL") {
+		t.Fatalf("Refresh in a session the server now keeps for 4s = %v, want ErrNotHeld naming the grant: the lock's TTL is 1m", err)
+	}
+	if !testenv.Closed(lk.Lost()) {
+		t.Error("Lost open after the shorter grant")
+	}
+	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) || !strings.Contains(err.Error(), short) {
+		t.Errorf("Release after the shorter grant = %v, want ErrNotHeld naming the grant", err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the lost lock's node deleted", func() bool { return len(lockNodes(t, c, base, "k")) == 0 })
+	// Let the waiter have the key: it may only take it in a session the
+	// server keeps for its TTL.
+	untilAnswered(t, lkB.Release)
+	select {
+	case err := <-waited:
+		if !errors.Is(err, locker.ErrInvalidTTL) || !strings.Contains(err.Error(), short) {
+			t.Errorf("Acquire waiting in the session during the shorter grant = %v, want ErrInvalidTTL naming the grant", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Acquire waiting in the session during the shorter grant still waits a minute later")
+	}
+	if _, err := a.Acquire(ctx, "k2", long); !errors.Is(err, locker.ErrInvalidTTL) || !strings.Contains(err.Error(), short) {
+		t.Errorf("Acquire with the 1m TTL after the shorter grant = %v, want ErrInvalidTTL naming the grant", err)
+	}
+	lk, err = a.Acquire(ctx, "k", locker.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire with a TTL the server grants: %v", err)
+	}
+	lk.Release(ctx)
+}
+
+// queueBehind takes key in holder, with a 3s TTL, and starts an Acquire
+// of it in waiter, with opt; its outcome goes to waited.
+func queueBehind(t *testing.T, holder, waiter locker.Locker, key string, opt locker.Option) (locker.Lock, <-chan error) {
+	t.Helper()
+	ctx := context.Background()
+	lk, err := holder.Acquire(ctx, key, locker.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, key, opt)
+		if err == nil {
+			lk.Release(ctx)
+		}
+		waited <- err
+	}()
+	return lk, waited
+}
+
+// TestReconnectGrantsLonger: a session that reconnects to a server which
+// grants it a longer timeout than its own keeps its locks (the server
+// keeps them at least as long as promised), but takes no new ones, whose
+// crashed holder would block others for longer than their TTL; it closes
+// once it holds nothing.
+func TestReconnectGrantsLonger(t *testing.T) {
+	s := startZK(t, time.Second, 2*time.Minute)
+	ctx := context.Background()
+	base := "/" + uniq("longer")
+	a := open(t, "zookeeper://"+s.addr+base)
+	lk, err := a.Acquire(ctx, "k", locker.WithTTL(30*time.Second), locker.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, []string{s.addr}, 10*time.Second)
+	_, st, err := c.Get(base + "/" + zookeeper.EncodeKey("k") + "/" + lockNodes(t, c, base, "k")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s.stop()
+	s.start(time.Minute, 2*time.Minute)
+
+	if err := untilAnswered(t, func(ctx context.Context) error { return lk.Refresh(ctx, 30*time.Second) }); err != nil {
+		t.Fatalf("Refresh in a session the server now keeps for 1m = %v, want nil: that covers the 30s TTL", err)
+	}
+	_, err = a.Acquire(ctx, "k2", locker.WithTTL(30*time.Second))
+	if !errors.Is(err, locker.ErrInvalidTTL) || !strings.Contains(err.Error(), "granted a session timeout of 1m0s where 30s was asked for") {
+		t.Errorf("Acquire with the 30s TTL after the longer grant = %v, want ErrInvalidTTL naming the grant", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("Release in the retired session: %v", err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the retired session closed", func() bool { return !serverHas(t, s.addr, st.EphemeralOwner) })
+}
+
+// untilAnswered calls op (a Refresh or Release) until a server answers,
+// one way or the other, and returns the answer; failures to reach one (the
+// server is restarting) are tried again, for up to a minute.
+func untilAnswered(t *testing.T, op func(context.Context) error) error {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := op(ctx)
+		cancel()
+		if err == nil || errors.Is(err, locker.ErrNotHeld) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still no answer a minute after the restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestKeysDoNotAccumulate: key nodes (and the base node) are containers,
 // which the server deletes once their last child is gone. The server
 // checks every 200 ms here instead of every minute.
@@ -1197,15 +1403,7 @@ func ensemble(t *testing.T) []member {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var host, port string
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "clientPort="); ok {
-				port = v
-			}
-			if v, ok := strings.CutPrefix(line, "clientPortAddress="); ok {
-				host = v
-			}
-		}
+		host, port := cfgValue(string(b), "clientPortAddress"), cfgValue(string(b), "clientPort")
 		d := filepath.Dir(cfg)
 		ms = append(ms, member{dir: d, pidfile: filepath.Join(dir, filepath.Base(d)+".pid"), addr: net.JoinHostPort(host, port)})
 	}
