@@ -5,13 +5,19 @@
 #                     eval $$(scripts/services.sh env))
 # make services-down  stop them
 # make bench          benchmarks against running servers (make services-up first)
+# make torture        the randomized fault test on every backend, 3 minutes
+#                     each (LOCKER_TORTURE_DURATION, LOCKER_TORTURE_SEEDS,
+#                     FAULTTEST_SEED to replay a failure's seed)
 
 GO ?= go
 
-.PHONY: test example services-up services-down install vet test-short bench
+.PHONY: test torture example services-up services-down install vet test-short bench
 
 test:
 	scripts/test.sh
+
+torture:
+	scripts/torture.sh
 
 example:
 	$(GO) run ./examples/swap

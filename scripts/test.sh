@@ -1,21 +1,10 @@
 #!/usr/bin/env bash
-# The whole test run: install what is missing, start the servers, vet, run
-# every test with -race against them, and stop the servers again, even when
-# a test fails or the run is interrupted.
+# The whole test run (make test): install what is missing, start the
+# servers, vet, run every test with -race against them, and stop the
+# servers again (scripts/with-services.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-scripts/install.sh
-
-# A private state directory per run, so a run never reuses or stops servers
-# that someone else started.
-export LOCKER_SERVICES_DIR=${LOCKER_SERVICES_DIR:-$(mktemp -d /tmp/locker-test.XXXXXX)}
-trap 'scripts/services.sh down' EXIT
-trap 'exit 130' INT TERM
-scripts/services.sh up
-# shellcheck disable=SC1091
-source "$LOCKER_SERVICES_DIR/env"
-export LOCKER_REQUIRE_SERVERS=1
+[ -n "${LOCKER_TEST_IN_SERVICES:-}" ] || LOCKER_TEST_IN_SERVICES=1 exec scripts/with-services.sh "$0" "$@"
 
 echo "+ go vet ./..." >&2
 go vet ./...

@@ -1,0 +1,1016 @@
+// Package faulttest is a randomized fault test for lock backends. Several
+// simulated client processes, each reaching the servers through fault
+// proxies of its own (one per server host), contend for a few keys while
+// the run, at random:
+//
+//   - delays traffic per direction; where clients pool connections
+//     (Config.PerConn: Redis, Redlock) each connection gets a delay of
+//     its own, so that one lock's requests on two pooled connections
+//     reach the server in another order than they were sent;
+//   - holds replies back (requests applied, answers late), sometimes
+//     dropping them with the connection (a reply lost after its request
+//     was applied), and cuts and restores connections;
+//   - issues refreshes next to the watchdog, two at once with different
+//     TTLs, some with deadlines so short that their outcome is unknown;
+//   - cancels Acquire at random moments;
+//   - closes Lockers while calls wait on them, and opens replacements;
+//   - panics inside locker.Do (recovered by the run), and uses Do
+//     normally too.
+//
+// An oracle then checks what the clients believed against what a lock may
+// promise:
+//
+//   - the intervals during which two clients believed they held one key
+//     never overlap. A belief starts when Acquire returned (or Do called
+//     fn) and ends at Lock.Until read after Lost closed: the lock's own
+//     validity deadline, not the moment a goroutine noticed Lost, so that
+//     scheduling lag on a loaded machine is no false alarm;
+//   - where the backend fences, fences increase strictly in the order of
+//     those intervals;
+//   - once the faults stop and every client has let go of what it knew it
+//     held, while the Lockers are still open, every key can be acquired
+//     within the longest TTL used + ExpirySlack + the longest delay +
+//     Config.Slack;
+//   - Close ends the calls waiting on its Locker within closeBound, and
+//     closes the Lost channel of every lock it held.
+//
+// The caller checks for leaked goroutines once Run has returned: every
+// Locker and proxy is closed by then.
+//
+// A seed chooses every decision the run makes (which operation, which
+// key, which fault, every delay); the goroutines still interleave as the
+// scheduler likes, so a seed replays the same choices, not the same
+// interleaving.
+package faulttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/conformance"
+)
+
+// Config describes a run.
+type Config struct {
+	// Open starts a new client process. Required.
+	Open func(ctx context.Context) (*Client, error)
+	// Seed chooses the run's decisions.
+	Seed uint64
+	// Duration is how long the clients contend under faults. Required.
+	Duration time.Duration
+	// TTLs, shortest first, at least two: acquisitions take one of all
+	// but the longest, refreshes any. The shortest also paces the faults.
+	// Required.
+	TTLs []time.Duration
+	// MaxLatency bounds the delay added to one direction of a connection.
+	// 0: no delays.
+	MaxLatency time.Duration
+	// PerConn gives every connection of a proxy a delay of its own; when
+	// false, the connections of a proxy share one delay per direction.
+	PerConn bool
+	// Clients is how many client processes run at once (default 4), each
+	// with Workers goroutines (default 3) contending for Keys keys
+	// (default 3).
+	Clients, Workers, Keys int
+	// Slack is the allowance for timers and scheduling on a loaded machine
+	// in the liveness checks. Default 1s.
+	Slack time.Duration
+	// Logf, if set, receives a line per notable event.
+	Logf func(format string, args ...any)
+}
+
+// Client is one simulated client process.
+type Client struct {
+	Locker locker.Locker
+	// Proxies stand between the client and its servers, one per server;
+	// none where there is no network (the memory backend).
+	Proxies []*conformance.Proxy
+	// Crash, if set, cuts the client off for good, as a crashed process;
+	// for clients without proxies.
+	Crash func()
+}
+
+// Proxied returns a Config.Open that opens rawURL through a new proxy per
+// host, as conformance.URLHarness does. The backend's package must be
+// imported.
+func Proxied(rawURL string) func(ctx context.Context) (*Client, error) {
+	return func(ctx context.Context) (*Client, error) {
+		u, proxies, err := conformance.ProxyURL(rawURL)
+		if err != nil {
+			return nil, err
+		}
+		l, err := locker.Open(ctx, u)
+		if err != nil {
+			for _, p := range proxies {
+				p.Close()
+			}
+			return nil, err
+		}
+		return &Client{Locker: l, Proxies: proxies}, nil
+	}
+}
+
+// Report is what a run did and what the oracle found.
+type Report struct {
+	Seed uint64
+	// Counts are events by name: acquisitions by how, refreshes and
+	// releases by outcome, faults by kind; see Summary.
+	Counts     map[string]int64
+	Violations []string
+}
+
+// closeBound is how long after Close a call waiting on the Locker may take
+// to return.
+const closeBound = 5 * time.Second
+
+// Run runs the clients under faults for cfg.Duration, stops the faults,
+// checks that every key can be acquired again, closes everything and
+// returns the oracle's findings. Its error says that the run could not
+// start.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Open == nil || cfg.Duration <= 0 || len(cfg.TTLs) < 2 {
+		return nil, errors.New("faulttest: Config needs Open, Duration and at least two TTLs")
+	}
+	cfg.Clients = cmp0(cfg.Clients, 4)
+	cfg.Workers = cmp0(cfg.Workers, 3)
+	cfg.Keys = cmp0(cfg.Keys, 3)
+	cfg.Slack = cmp0(cfg.Slack, time.Second)
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	r := &run{cfg: cfg, t0: time.Now(), counts: map[string]int64{}}
+	r.oracle.r = r
+	if err := r.start(ctx); err != nil {
+		return nil, err
+	}
+	r.contend(ctx)
+	r.checkKeys(ctx)
+	r.closeAll()
+	r.oracle.check()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &Report{Seed: cfg.Seed, Counts: r.counts, Violations: r.violations}, nil
+}
+
+func cmp0[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// run is one Run in progress.
+type run struct {
+	cfg     Config
+	t0      time.Time // offsets in messages count from here
+	caps    locker.Capabilities
+	keys    []string
+	slots   []*slot
+	checker *proc // opened at the start, never faulted: the liveness check's client
+	oracle  oracle
+	bg      sync.WaitGroup // background closes
+
+	mu         sync.Mutex
+	counts     map[string]int64
+	violations []string
+}
+
+func (r *run) count(name string) {
+	r.mu.Lock()
+	r.counts[name]++
+	r.mu.Unlock()
+}
+
+func (r *run) violate(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.cfg.Logf("VIOLATION: %s", msg)
+	r.mu.Lock()
+	r.violations = append(r.violations, msg)
+	r.mu.Unlock()
+}
+
+// rng returns the random source of one of the run's actors; streams keep
+// them apart.
+func (r *run) rng(stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(r.cfg.Seed, stream))
+}
+
+// Random streams: an actor's kind in the high bits, its number below.
+const (
+	streamSetup uint64 = iota << 32
+	streamFaults
+	streamWorker
+)
+
+// at formats t as an offset from the start of the run.
+func (r *run) at(t time.Time) string {
+	return fmt.Sprintf("+%.3fs", t.Sub(r.t0).Seconds())
+}
+
+func (r *run) shortest() time.Duration { return r.cfg.TTLs[0] }
+func (r *run) longest() time.Duration  { return r.cfg.TTLs[len(r.cfg.TTLs)-1] }
+
+// start opens the checker and the first client of every slot, and checks
+// the TTLs against the backend's range.
+func (r *run) start(ctx context.Context) error {
+	rng := r.rng(streamSetup)
+	var err error
+	if r.checker, err = r.open(ctx, "checker", rng); err != nil {
+		return fmt.Errorf("faulttest: open: %w", err)
+	}
+	for _, l := range r.checker.lat {
+		l.set(0) // never faulted: no delays either
+	}
+	r.caps = r.checker.Locker.Capabilities()
+	for _, ttl := range r.cfg.TTLs {
+		if ttl < r.caps.MinTTL || (r.caps.MaxTTL > 0 && ttl > r.caps.MaxTTL) {
+			r.closeProc(r.checker)
+			return fmt.Errorf("faulttest: TTL %v outside the backend's range [%v, %v]", ttl, r.caps.MinTTL, r.caps.MaxTTL)
+		}
+	}
+	run := fmt.Sprintf("%08x", rng.Uint32())
+	for i := range r.cfg.Keys {
+		r.keys = append(r.keys, fmt.Sprintf("faulttest/%s/k%d", run, i))
+	}
+	for i := range r.cfg.Clients {
+		s := &slot{r: r, i: i}
+		if s.cur, err = r.open(ctx, s.nextName(), rng); err != nil {
+			r.closeAll()
+			return fmt.Errorf("faulttest: open: %w", err)
+		}
+		r.slots = append(r.slots, s)
+	}
+	r.cfg.Logf("seed %d, keys faulttest/%s/k0..%d, TTLs %v, capabilities %+v", r.cfg.Seed, run, r.cfg.Keys-1, r.cfg.TTLs, r.caps)
+	return nil
+}
+
+// contend runs the workers and the fault loops for the configured
+// duration, then stops the faults and the workers and waits until every
+// worker has let go of its locks and every background close has returned.
+func (r *run) contend(ctx context.Context) {
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	workCtx, stopWork := context.WithCancel(ctx)
+	var faults, work sync.WaitGroup
+	for _, s := range r.slots {
+		faults.Go(func() { s.faults(faultCtx) })
+		for j := range r.cfg.Workers {
+			w := &worker{r: r, s: s, rng: r.rng(streamWorker | uint64(s.i*64+j))}
+			work.Go(func() { w.loop(workCtx) })
+		}
+	}
+	timer := time.NewTimer(r.cfg.Duration)
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		timer.Stop()
+	}
+	stopFaults()
+	faults.Wait()
+	stopWork()
+	work.Wait()
+	r.bg.Wait()
+}
+
+// checkKeys checks that every key can be acquired within the longest TTL
+// + ExpirySlack + the longest delay + Slack of the moment the faults and
+// the workers stopped, while the clients' Lockers are still open: a lock
+// left held (by a Do that did not release it when fn panicked, or an
+// Acquire that left something behind) keeps its key blocked.
+func (r *run) checkKeys(ctx context.Context) {
+	stopped := time.Now()
+	bound := r.longest() + r.caps.ExpirySlack + r.cfg.MaxLatency + r.cfg.Slack
+	ctx, cancel := context.WithDeadline(ctx, stopped.Add(bound))
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, key := range r.keys {
+		wg.Go(func() {
+			lk, err := r.checker.Locker.Acquire(ctx, key, locker.WithTTL(r.shortest()))
+			if err != nil {
+				r.violate("key %q: not acquirable within %v (longest TTL %v + ExpirySlack %v + longest delay %v + slack %v) after the faults stopped at %s: %v",
+					key, bound, r.longest(), r.caps.ExpirySlack, r.cfg.MaxLatency, r.cfg.Slack, r.at(stopped), err)
+				return
+			}
+			r.count("check")
+			b := r.oracle.add(r.checker, key, "check", lk)
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer rcancel()
+			err = lk.Release(rctx)
+			b.note(r, "release: %v", err)
+			if err != nil {
+				r.violate("key %q: the checker's release after the faults stopped: %v", key, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// closeAll closes every client still open.
+func (r *run) closeAll() {
+	for _, s := range r.slots {
+		r.bg.Go(func() { r.closeProc(s.current()) })
+	}
+	if r.checker != nil {
+		r.bg.Go(func() { r.closeProc(r.checker) })
+	}
+	r.bg.Wait()
+}
+
+// open starts a client process, named name, whose proxies' delays are
+// drawn from rng.
+func (r *run) open(ctx context.Context, name string, rng *rand.Rand) (*proc, error) {
+	c, err := r.cfg.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{Client: c, name: name}
+	for _, px := range c.Proxies {
+		l := newLatency(rng.Uint64(), r.cfg.PerConn, r.cfg.MaxLatency)
+		px.SetConnLatency(l.of)
+		p.lat = append(p.lat, l)
+	}
+	return p, nil
+}
+
+// closeProc closes p's Locker and then its proxies, and checks that Close
+// closed the Lost channel of every lock p held.
+func (r *run) closeProc(p *proc) {
+	p.mu.Lock()
+	p.closedAt = time.Now()
+	p.mu.Unlock()
+	if err := p.Locker.Close(); err != nil {
+		r.count("close.error") // releases through a cut proxy fail
+	}
+	for _, b := range r.oracle.of(p) {
+		select {
+		case <-b.lock.Lost():
+		default:
+			r.violate("key %q: %s's lock (%s at %s) still has Lost open after its Locker's Close returned", b.key, p.name, b.how, r.at(b.start))
+		}
+	}
+	for _, px := range p.Proxies {
+		px.Close()
+	}
+}
+
+// proc is one client process: the Locker a slot's workers use until the
+// slot replaces it.
+type proc struct {
+	*Client
+	name string
+	lat  []*latency // per proxy
+
+	mu       sync.Mutex
+	closedAt time.Time // when Close was called; zero while open
+}
+
+// closedBefore reports when p was closed, if it was before t.
+func (p *proc) closedBefore(t time.Time) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closedAt, !p.closedAt.IsZero() && p.closedAt.Before(t)
+}
+
+// latency chooses the delays of one proxy's connections: a base delay
+// per connection and direction, drawn from the seed and the epoch (moved
+// on by every latency fault), so that a connection keeps it until the next
+// fault; half the connections get none, to overtake the slow ones. On top
+// of it, jitter drawn for every chunk: a client's pool keeps reusing its
+// fastest connection, and the jitter makes its requests overtake one
+// another even then.
+type latency struct {
+	seed    uint64
+	perConn bool
+
+	mu     sync.Mutex
+	epoch  uint64
+	max    time.Duration // 0: none
+	jitter *rand.Rand
+}
+
+func newLatency(seed uint64, perConn bool, max time.Duration) *latency {
+	return &latency{seed: seed, perConn: perConn, max: max, jitter: rand.New(rand.NewPCG(seed, 0))}
+}
+
+func (l *latency) set(max time.Duration) {
+	l.mu.Lock()
+	l.epoch++
+	l.max = max
+	l.mu.Unlock()
+}
+
+func (l *latency) of(conn uint64, dir conformance.Direction) time.Duration {
+	l.mu.Lock()
+	epoch, max := l.epoch, l.max
+	var jitter time.Duration
+	if max > 0 && l.perConn {
+		jitter = uniform(l.jitter, 0, max/2)
+	}
+	l.mu.Unlock()
+	if max <= 0 {
+		return 0
+	}
+	if !l.perConn {
+		conn = 0
+	}
+	rng := rand.New(rand.NewPCG(l.seed+(epoch+1)*0x9e3779b97f4a7c15, conn<<1|uint64(dir)))
+	if rng.IntN(2) == 0 {
+		return jitter
+	}
+	return jitter + uniform(rng, max/4, max/2)
+}
+
+// slot is the place of one client process; the fault loop replaces the
+// process in it now and then.
+type slot struct {
+	r   *run
+	i   int
+	gen int // processes started in the slot
+
+	mu  sync.Mutex
+	cur *proc
+}
+
+func (s *slot) nextName() string {
+	s.gen++
+	return fmt.Sprintf("c%d.%d", s.i, s.gen)
+}
+
+func (s *slot) current() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+func (s *slot) swap(p *proc) *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.cur
+	s.cur = p
+	return old
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// uniform returns a duration uniform in [lo, hi).
+func uniform(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+}
+
+// sleep waits for d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// summaryOrder lists the counts Summary shows first, in this order.
+var summaryOrder = []string{
+	"acquire", "try", "do", "check", "lost",
+	"acquire.cancelled", "acquire.closed", "acquire.error", "try.busy", "try.error", "do.cancelled", "do.closed", "do.error", "do.panic",
+	"refresh.ok", "refresh.pair", "refresh.unknown", "refresh.notheld", "refresh.closed",
+	"release.ok", "release.notheld", "release.unknown",
+}
+
+// Summary formats the counts on one line: acquisitions by how, losses
+// (Lost closed before the holder let go), calls by outcome, faults by
+// kind.
+func (rep *Report) Summary() string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	put := func(name string) {
+		if n, ok := rep.Counts[name]; ok && !seen[name] {
+			seen[name] = true
+			fmt.Fprintf(&b, " %s=%d", name, n)
+		}
+	}
+	for _, name := range summaryOrder {
+		put(name)
+	}
+	rest := make([]string, 0, len(rep.Counts))
+	for name := range rep.Counts {
+		rest = append(rest, name)
+	}
+	slices.Sort(rest)
+	for _, name := range rest {
+		put(name)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// faults injects faults into the slot's client, one at a time, until ctx
+// ends; each is undone before the next, and the last when ctx ends.
+func (s *slot) faults(ctx context.Context) {
+	rng := s.r.rng(streamFaults | uint64(s.i))
+	t0 := s.r.shortest()
+	for sleep(ctx, uniform(rng, t0/4, 2*t0)) {
+		p := s.current()
+		x := rng.Float64()
+		switch {
+		case x < 0.04:
+			s.replace(ctx, rng, false)
+		case x < 0.06:
+			s.replace(ctx, rng, true)
+		case len(p.Proxies) == 0:
+			// No network to disturb: the calls and the closes are the
+			// faults.
+		case x < 0.35:
+			s.r.count("fault.latency")
+			for _, l := range p.lat {
+				l.set(s.r.cfg.MaxLatency)
+			}
+		case x < 0.42:
+			s.r.count("fault.calm")
+			for _, l := range p.lat {
+				l.set(0)
+			}
+		case x < 0.70:
+			s.holdReplies(ctx, rng, p)
+		default:
+			s.cut(ctx, rng, p)
+		}
+	}
+	p := s.current()
+	for i, px := range p.Proxies {
+		px.Restore()
+		px.HoldReplies(false)
+		p.lat[i].set(0)
+	}
+}
+
+// some returns a non-empty random subset of the proxies: with several
+// servers (Redlock), faults hit some of them, not always all.
+func some(rng *rand.Rand, proxies []*conformance.Proxy) []*conformance.Proxy {
+	out := slices.Clone(proxies)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out[:1+rng.IntN(len(out))]
+}
+
+// holdReplies holds back the replies of some of p's servers for a while,
+// and sometimes drops them with the connections: requests applied, their
+// answers lost.
+func (s *slot) holdReplies(ctx context.Context, rng *rand.Rand, p *proc) {
+	t0 := s.r.shortest()
+	proxies := some(rng, p.Proxies)
+	d := uniform(rng, 5*time.Millisecond, t0/2)
+	lose := rng.IntN(3) == 0
+	cutFor := uniform(rng, time.Millisecond, t0/4)
+	for _, px := range proxies {
+		px.HoldReplies(true)
+	}
+	sleep(ctx, d)
+	if lose {
+		s.r.count("fault.lostreply")
+		for _, px := range proxies {
+			px.Cut()
+		}
+	} else {
+		s.r.count("fault.hold")
+	}
+	for _, px := range proxies {
+		px.HoldReplies(false)
+	}
+	if lose {
+		sleep(ctx, cutFor)
+		for _, px := range proxies {
+			px.Restore()
+		}
+	}
+}
+
+// cut cuts some of p's servers off for a while: mostly shorter than the
+// shortest TTL, sometimes long enough for locks to be lost.
+func (s *slot) cut(ctx context.Context, rng *rand.Rand, p *proc) {
+	t0 := s.r.shortest()
+	proxies := some(rng, p.Proxies)
+	d := uniform(rng, 5*time.Millisecond, t0/2)
+	if rng.IntN(4) == 0 {
+		d = uniform(rng, t0/2, 3*t0/2)
+	}
+	s.r.count("fault.cut")
+	for _, px := range proxies {
+		px.Cut()
+	}
+	sleep(ctx, d)
+	for _, px := range proxies {
+		px.Restore()
+	}
+}
+
+// replace opens a new client process for the slot and closes the old one
+// in the background while its workers' calls are waiting on it; crash
+// first cuts the old one off (or crashes it), so that its Close cannot
+// release anything.
+func (s *slot) replace(ctx context.Context, rng *rand.Rand, crash bool) {
+	np, err := s.r.open(ctx, s.nextName(), rng)
+	if err != nil {
+		s.r.count("open.error")
+		s.r.cfg.Logf("slot %d: open a replacement: %v", s.i, err)
+		return
+	}
+	old := s.swap(np)
+	if crash {
+		s.r.count("fault.crash")
+		for _, px := range old.Proxies {
+			px.Cut()
+		}
+		if old.Crash != nil {
+			old.Crash()
+		}
+	} else {
+		s.r.count("fault.close")
+	}
+	s.r.bg.Go(func() { s.r.closeProc(old) })
+}
+
+// worker is one goroutine of a client process, taking locks in a loop.
+type worker struct {
+	r   *run
+	s   *slot
+	rng *rand.Rand // not shared: draw before starting goroutines
+}
+
+// errPanic is what fn panics with inside locker.Do.
+var errPanic = errors.New("faulttest: panic inside Do")
+
+func (w *worker) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		p := w.s.current()
+		key := w.r.keys[w.rng.IntN(len(w.r.keys))]
+		switch x := w.rng.Float64(); {
+		case x < 0.35:
+			w.acquire(ctx, p, key, true)
+		case x < 0.65:
+			w.acquire(ctx, p, key, false)
+		default:
+			w.do(ctx, p, key)
+		}
+		sleep(ctx, uniform(w.rng, 0, w.r.shortest()/10))
+	}
+}
+
+// lockOptions chooses a lock's TTL (any but the longest) and whether the
+// watchdog refreshes it (half the time).
+func (w *worker) lockOptions() []locker.Option {
+	ttls := w.r.cfg.TTLs
+	return []locker.Option{
+		locker.WithTTL(ttls[w.rng.IntN(len(ttls)-1)]),
+		locker.WithAutoRefresh(w.rng.IntN(2) == 0),
+	}
+}
+
+// waitFor chooses how long an acquisition may wait: often less than a
+// TTL, so that it is cancelled at a random moment of its wait.
+func (w *worker) waitFor() time.Duration {
+	if w.rng.IntN(2) == 0 {
+		return uniform(w.rng, 0, w.r.shortest())
+	}
+	return uniform(w.rng, w.r.shortest(), w.r.longest())
+}
+
+// callTimeout chooses the deadline of a refresh or a release: now and
+// then so short that the call fails with its outcome unknown.
+func (w *worker) callTimeout() time.Duration {
+	if w.rng.IntN(5) == 0 {
+		return uniform(w.rng, 500*time.Microsecond, 2*time.Millisecond+w.r.cfg.MaxLatency)
+	}
+	return 5 * time.Second
+}
+
+func (w *worker) acquire(ctx context.Context, p *proc, key string, wait bool) {
+	how := "try"
+	if wait {
+		how = "acquire"
+	}
+	actx, cancel := context.WithTimeout(ctx, w.waitFor())
+	defer cancel()
+	opts := w.lockOptions()
+	began := time.Now()
+	var (
+		lk  locker.Lock
+		err error
+	)
+	if wait {
+		lk, err = p.Locker.Acquire(actx, key, opts...)
+	} else {
+		lk, err = p.Locker.TryAcquire(actx, key, opts...)
+	}
+	if err != nil {
+		w.failed(how, p, key, began, err)
+		return
+	}
+	w.r.count(how)
+	b := w.r.oracle.add(p, key, how, lk)
+	w.hold(ctx, b)
+	w.release(b)
+}
+
+// failed classifies an acquisition that failed, and checks that one
+// waiting when its Locker was closed returned promptly.
+func (w *worker) failed(how string, p *proc, key string, began time.Time, err error) {
+	now := time.Now()
+	switch {
+	case errors.Is(err, locker.ErrClosed):
+		w.r.count(how + ".closed")
+	case errors.Is(err, locker.ErrNotAcquired) && how == "try":
+		w.r.count("try.busy")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		w.r.count(how + ".cancelled")
+	default:
+		w.r.count(how + ".error")
+	}
+	if closedAt, ok := p.closedBefore(now); ok && began.Before(closedAt) && now.Sub(closedAt) > closeBound {
+		w.r.violate("key %q: %s's %s, waiting since %s when its Locker was closed at %s, returned only at %s: %v",
+			key, p.name, how, w.r.at(began), w.r.at(closedAt), w.r.at(now), err)
+	}
+}
+
+// do takes key through locker.Do; fn holds the lock for a while, and now
+// and then panics.
+func (w *worker) do(ctx context.Context, p *proc, key string) {
+	dctx, cancel := context.WithTimeout(ctx, w.waitFor())
+	defer cancel()
+	opts := w.lockOptions()
+	panics := w.rng.IntN(5) == 0
+	entered := false
+	began := time.Now()
+	err := w.callDo(dctx, p.Locker, key, func(fctx context.Context, lk locker.Lock) error {
+		entered = true
+		w.r.count("do")
+		b := w.r.oracle.add(p, key, "do", lk)
+		w.hold(fctx, b)
+		if closed(lk.Lost()) {
+			w.r.count("lost")
+		}
+		if panics {
+			w.r.count("do.panic")
+			b.note(w.r, "panic")
+			panic(errPanic)
+		}
+		b.note(w.r, "return")
+		return nil
+	}, opts)
+	if !entered && err != nil {
+		w.failed("do", p, key, began, err)
+	}
+}
+
+// callDo calls locker.Do and recovers the panic fn raises on purpose.
+func (w *worker) callDo(ctx context.Context, l locker.Locker, key string, fn func(context.Context, locker.Lock) error, opts []locker.Option) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != errPanic {
+				panic(v)
+			}
+			err = errPanic
+		}
+	}()
+	return locker.Do(ctx, l, key, fn, opts...)
+}
+
+// hold keeps the lock for a while, until ctx ends or it is lost, and now
+// and then refreshes it, alone or with two refreshes at once of different
+// TTLs, or asks its TTL. Some holders are busy, others work quietly for
+// long stretches between refreshes, as a holder does that trusts its
+// validity.
+func (w *worker) hold(ctx context.Context, b *belief) {
+	lk := b.lock
+	ttls := w.r.cfg.TTLs
+	until := time.Now().Add(uniform(w.rng, 0, 3*ttls[len(ttls)-2]/2))
+	pace := uniform(w.rng, w.r.shortest()/10, ttls[len(ttls)-2])
+	for {
+		d := min(time.Until(until), uniform(w.rng, 0, pace))
+		if d <= 0 {
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+		case <-lk.Lost():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil || closed(lk.Lost()) {
+			return
+		}
+		switch x := w.rng.Float64(); {
+		case x < 0.5:
+			w.refreshPair(ctx, b)
+			if w.rng.IntN(2) == 0 {
+				// Work on, trusting the validity the refreshes gave.
+				until = later(until, time.Now().Add(uniform(w.rng, ttls[0], ttls[len(ttls)-2])))
+				pace = max(pace, ttls[len(ttls)-2])
+			}
+		case x < 0.7:
+			w.refresh(ctx, b, ttls[w.rng.IntN(len(ttls))], w.callTimeout())
+		case x < 0.8:
+			tctx, cancel := context.WithTimeout(ctx, w.callTimeout())
+			d, err := lk.TTL(tctx)
+			cancel()
+			b.note(w.r, "ttl %v, %v", d, err)
+		}
+	}
+}
+
+// refreshPair sends two refreshes with different TTLs at once, mostly the
+// shorter first (often the shortest and the longest): on a connection
+// slower than the other's, it reaches the server last.
+func (w *worker) refreshPair(ctx context.Context, b *belief) {
+	ttls := w.r.cfg.TTLs
+	i, j := 0, len(ttls)-1
+	if w.rng.IntN(2) == 0 {
+		i = w.rng.IntN(len(ttls))
+		j = (i + 1 + w.rng.IntN(len(ttls)-1)) % len(ttls)
+	}
+	if (ttls[i] > ttls[j]) == (w.rng.IntN(10) < 8) {
+		i, j = j, i
+	}
+	first, second := w.callTimeout(), w.callTimeout()
+	gap := uniform(w.rng, 0, 5*time.Millisecond)
+	w.r.count("refresh.pair")
+	var wg sync.WaitGroup
+	wg.Go(func() { w.refresh(ctx, b, ttls[i], first) })
+	sleep(ctx, gap)
+	wg.Go(func() { w.refresh(ctx, b, ttls[j], second) })
+	wg.Wait()
+}
+
+// refresh refreshes lk with ttl under a deadline; safe to call from
+// several goroutines (it draws nothing).
+func (w *worker) refresh(ctx context.Context, b *belief, ttl, timeout time.Duration) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	began := time.Now()
+	err := b.lock.Refresh(rctx, ttl)
+	b.note(w.r, "refresh %v sent %s (timeout %v): %v; until %s", ttl, w.r.at(began), timeout, err, w.r.at(b.lock.Until()))
+	switch {
+	case err == nil:
+		w.r.count("refresh.ok")
+	case errors.Is(err, locker.ErrNotHeld):
+		w.r.count("refresh.notheld")
+	case errors.Is(err, locker.ErrClosed):
+		w.r.count("refresh.closed")
+	default:
+		w.r.count("refresh.unknown")
+	}
+}
+
+// release lets go of a lock taken by Acquire or TryAcquire, sometimes
+// with a deadline too short to learn the outcome.
+func (w *worker) release(b *belief) {
+	if closed(b.lock.Lost()) {
+		w.r.count("lost")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.callTimeout())
+	defer cancel()
+	err := b.lock.Release(ctx)
+	b.note(w.r, "release: %v", err)
+	switch {
+	case err == nil:
+		w.r.count("release.ok")
+	case errors.Is(err, locker.ErrNotHeld):
+		w.r.count("release.notheld")
+	case errors.Is(err, locker.ErrClosed):
+		w.r.count("release.closed")
+	default:
+		w.r.count("release.unknown")
+	}
+}
+
+// belief is the interval during which a client believed it held a key:
+// from the return of Acquire (or Do's call of fn) to the lock's Until,
+// read once Lost is closed.
+type belief struct {
+	proc  *proc
+	key   string
+	how   string
+	lock  locker.Lock
+	start time.Time
+	end   time.Time // set by check
+
+	mu     sync.Mutex
+	events []string // what the holder did, for the report
+}
+
+// note records what the holder did with the lock, and when.
+func (b *belief) note(r *run, format string, args ...any) {
+	ev := r.at(time.Now()) + " " + fmt.Sprintf(format, args...)
+	b.mu.Lock()
+	b.events = append(b.events, ev)
+	b.mu.Unlock()
+}
+
+// oracle records beliefs and checks them once the run is over.
+type oracle struct {
+	r       *run
+	mu      sync.Mutex
+	beliefs []*belief
+}
+
+func (o *oracle) add(p *proc, key, how string, lk locker.Lock) *belief {
+	b := &belief{proc: p, key: key, how: how, lock: lk, start: time.Now()}
+	b.note(o.r, "%s returned; until %s", how, o.r.at(lk.Until()))
+	o.mu.Lock()
+	o.beliefs = append(o.beliefs, b)
+	o.mu.Unlock()
+	return b
+}
+
+// of returns the beliefs of client p.
+func (o *oracle) of(p *proc) []*belief {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []*belief
+	for _, b := range o.beliefs {
+		if b.proc == p {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// check compares the beliefs of each key: no two overlap, and, where the
+// backend fences, fences increase in their order. Every Locker is closed
+// by now, so every Lost is closed and every Until final.
+func (o *oracle) check() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	byKey := map[string][]*belief{}
+	for _, b := range o.beliefs {
+		if !closed(b.lock.Lost()) {
+			continue // closeProc reported it
+		}
+		b.end = b.lock.Until()
+		if b.end.After(b.start) { // an empty belief claims nothing
+			byKey[b.key] = append(byKey[b.key], b)
+		}
+	}
+	for _, key := range o.r.keys {
+		bs := byKey[key]
+		slices.SortFunc(bs, func(a, b *belief) int { return a.start.Compare(b.start) })
+		var last *belief // the belief that ends last so far
+		for i, b := range bs {
+			if last != nil && b.start.Before(last.end) {
+				o.r.violate("key %q: two clients believed they held it at once: %s, overlap %v",
+					key, o.pair(last, b), last.end.Sub(b.start))
+			}
+			if i > 0 && o.r.caps.Fencing {
+				prev := bs[i-1]
+				if f, g := fence(prev), fence(b); g <= f {
+					o.r.violate("key %q: fences do not increase: %s", key, o.pair(prev, b))
+				}
+			}
+			if last == nil || b.end.After(last.end) {
+				last = b
+			}
+		}
+	}
+}
+
+func fence(b *belief) uint64 {
+	f, _ := b.lock.Fence()
+	return f
+}
+
+func (o *oracle) describe(b *belief) string {
+	s := fmt.Sprintf("%s (%s, token %.8s", b.proc.name, b.how, b.lock.Token())
+	if o.r.caps.Fencing {
+		s += fmt.Sprintf(", fence %d", fence(b))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return s + fmt.Sprintf(") during [%s, %s]:\n\t\t%s", o.r.at(b.start), o.r.at(b.end), strings.Join(b.events, "\n\t\t"))
+}
+
+func (o *oracle) pair(a, b *belief) string {
+	return o.describe(a) + "\n\tand " + o.describe(b)
+}

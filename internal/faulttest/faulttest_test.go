@@ -1,0 +1,137 @@
+package faulttest_test
+
+import (
+	"context"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/faulttest"
+	"github.com/distlock/locker/internal/testenv"
+	"github.com/distlock/locker/memory"
+
+	_ "github.com/distlock/locker/etcd"
+	_ "github.com/distlock/locker/redis"
+	_ "github.com/distlock/locker/redlock"
+	_ "github.com/distlock/locker/zookeeper"
+)
+
+var (
+	seedFlag     = flag.Uint64("faulttest.seed", 0, "seed of the runs' decisions; 0 draws one (a failure prints it)")
+	durationFlag = flag.Duration("faulttest.duration", 0, "how long each backend runs under faults; 0: $"+tortureEnv+" or each backend's default")
+)
+
+// tortureEnv, when set to a duration, lengthens every backend's run, as
+// -faulttest.duration does (make torture sets it).
+const tortureEnv = "LOCKER_TORTURE_DURATION"
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// backendCase is one backend's run: its defaults sized for `make test` on a
+// loaded two-core machine under -race.
+type backendCase struct {
+	name     string
+	duration time.Duration
+	config   func(t *testing.T) faulttest.Config
+}
+
+var backends = []backendCase{
+	{"memory", 8 * time.Second, func(t *testing.T) faulttest.Config {
+		store := memory.NewStore()
+		return faulttest.Config{
+			Open: func(context.Context) (*faulttest.Client, error) {
+				d := memory.NewDriver(store)
+				return &faulttest.Client{Locker: locker.New(d, nil), Crash: d.Cut}, nil
+			},
+			TTLs: []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second},
+		}
+	}},
+	// Pooled connections, each delayed on its own: refreshes of one lock
+	// reach the server out of order.
+	{"redis", 22 * time.Second, func(t *testing.T) faulttest.Config {
+		return faulttest.Config{
+			Open:       faulttest.Proxied(testenv.Get(t, testenv.RedisURL)),
+			TTLs:       []time.Duration{300 * time.Millisecond, time.Second, 3 * time.Second},
+			MaxLatency: 100 * time.Millisecond,
+			PerConn:    true,
+		}
+	}},
+	// Delays mostly within the per-node timeout (100 ms by default), so
+	// that votes succeed often enough, some beyond.
+	{"redlock", 22 * time.Second, func(t *testing.T) faulttest.Config {
+		return faulttest.Config{
+			Open:       faulttest.Proxied(testenv.Get(t, testenv.RedlockURL)),
+			TTLs:       []time.Duration{300 * time.Millisecond, time.Second, 3 * time.Second},
+			MaxLatency: 150 * time.Millisecond,
+			PerConn:    true,
+		}
+	}},
+	// One connection per session (one session per TTL): whole
+	// connections delayed and cut. TTLs are session timeouts, at least
+	// the server's minSessionTimeout.
+	{"zookeeper", 22 * time.Second, func(t *testing.T) faulttest.Config {
+		return faulttest.Config{
+			Open:       faulttest.Proxied(testenv.Get(t, testenv.ZooKeeperURL)),
+			TTLs:       []time.Duration{2 * time.Second, 3 * time.Second, 5 * time.Second},
+			MaxLatency: 300 * time.Millisecond,
+		}
+	}},
+	// One connection; leases in whole seconds, at least the server's
+	// minimum.
+	{"etcd", 22 * time.Second, func(t *testing.T) faulttest.Config {
+		return faulttest.Config{
+			Open:       faulttest.Proxied(testenv.Get(t, testenv.EtcdURL)),
+			TTLs:       []time.Duration{2 * time.Second, 3 * time.Second, 5 * time.Second},
+			MaxLatency: 300 * time.Millisecond,
+		}
+	}},
+}
+
+// TestFault runs the randomized fault test on every backend; see package
+// faulttest. -faulttest.seed replays a run's decisions,
+// -faulttest.duration (or $LOCKER_TORTURE_DURATION) runs longer.
+func TestFault(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	duration := *durationFlag
+	if v := os.Getenv(tortureEnv); duration == 0 && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", tortureEnv, v, err)
+		}
+		duration = d
+	}
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Cleanup(func() { // after the leak check below
+				if t.Failed() {
+					t.Logf("seed %d: replay with go test -race -run 'TestFault/^%s$' ./internal/faulttest/ -faulttest.seed=%d", seed, bc.name, seed)
+				}
+			})
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			cfg := bc.config(t)
+			cfg.Seed = seed
+			cfg.Duration = bc.duration
+			if duration > 0 {
+				cfg.Duration = duration
+			}
+			cfg.Logf = t.Logf
+			start := time.Now()
+			rep, err := faulttest.Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s in %v: %s", bc.name, time.Since(start).Round(time.Millisecond), rep.Summary())
+			for _, v := range rep.Violations {
+				t.Error(v)
+			}
+		})
+	}
+}
