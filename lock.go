@@ -198,11 +198,11 @@ func (lk *lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := lk.c.checkTTL(ttl); err != nil {
 		return opErr("refresh", lk.key, err)
 	}
-	if err := lk.takeSlot(ctx); err != nil {
+	start, err := lk.takeSlot(ctx, ttl)
+	if err != nil {
 		return opErr("refresh", lk.key, err)
 	}
-	start := time.Now()
-	err := lk.held.Refresh(ctx, ttl)
+	err = lk.held.Refresh(ctx, ttl)
 	return opErr("refresh", lk.key, lk.refreshed(start, ttl, err))
 }
 
@@ -212,8 +212,9 @@ func (lk *lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // server is the one that returned last here: two in flight at once could
 // be applied in either order (two pooled connections, a slow link), and
 // the server would keep the TTL of whichever came last while this process
-// believed the other. The refresh's start is taken once the slot is held.
-func (lk *lock) takeSlot(ctx context.Context) error {
+// believed the other. The refresh's start is taken once the slot is held,
+// and the refresh is in flight from then on (see sendingLocked).
+func (lk *lock) takeSlot(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	lk.mu.Lock()
 	for lk.refreshing && lk.state == stateHeld {
 		if lk.slotFree == nil {
@@ -227,16 +228,34 @@ func (lk *lock) takeSlot(ctx context.Context) error {
 		select {
 		case <-free:
 		case <-ctx.Done():
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		}
 		lk.mu.Lock()
 	}
 	defer lk.mu.Unlock()
 	if lk.state != stateHeld {
-		return lk.notHeldLocked()
+		return time.Time{}, lk.notHeldLocked()
 	}
 	lk.refreshing = true
-	return nil
+	start := time.Now()
+	lk.sendingLocked(start, ttl)
+	return start, nil
+}
+
+// sendingLocked caps lk's deadline for a refresh with ttl about to be sent
+// at start; lk.mu and the refresh slot are held. The server may apply the
+// refresh at any moment before its reply arrives, or without a reply ever
+// arriving, and it replaces the key's remaining TTL rather than adding to
+// it: from the moment it is sent, the server is only sure to keep the lock
+// until start + ttl, however much longer the last refresh had promised. A
+// refresh that shortens the lock (a smaller TTL than the time left) thus
+// shortens its validity here before it is sent, not once it returns,
+// which may be after the server has already let the key go.
+func (lk *lock) sendingLocked(start time.Time, ttl time.Duration) {
+	if d := start.Add(ttl - lk.c.drift(ttl)); d.Before(lk.deadline) {
+		lk.deadline = d
+		lk.c.wd.expireAt(lk, d)
+	}
 }
 
 // slotWaitHook, set by tests, is called when a refresh starts waiting for
@@ -293,12 +312,10 @@ func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
 	defer lk.mu.Unlock()
 	defer lk.freeSlotLocked()
 	if err != nil {
+		// sendingLocked has already capped the deadline at this refresh's
+		// start + ttl.
 		if lk.unsureTTL == 0 || ttl < lk.unsureTTL {
 			lk.unsureTTL = ttl
-		}
-		if d := start.Add(ttl - lk.c.drift(ttl)); d.Before(lk.deadline) {
-			lk.deadline = d
-			lk.c.wd.expireAt(lk, d)
 		}
 		if lk.state == stateHeld && lk.autoRefresh {
 			left := time.Until(lk.deadline)

@@ -44,6 +44,12 @@
 //     refresh sent at s with TTL t succeeds, the deadline is s + t - drift.
 //     Two refreshes in flight at once could reach the server in either
 //     order and leave it with the TTL this process did not believe.
+//   - A refresh replaces the server's TTL when it is applied, which may
+//     be at any moment between its sending and its reply (or without a
+//     reply ever arriving): from the moment a refresh sent at s with TTL
+//     t is in flight, the deadline is at most s + t - drift. A refresh
+//     with a TTL shorter than the time left thus shortens the validity
+//     before it is sent.
 //   - A refresh that failed without an answer (a timeout, a dropped
 //     connection, a cancelled context) may still reach the server later,
 //     after any refresh that follows it. It cuts the deadline to its own

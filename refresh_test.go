@@ -285,3 +285,35 @@ func testClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// TestShorteningRefreshCapsValidityInFlight: a Refresh with a TTL shorter
+// than the time the lock has left replaces the server's TTL the moment it
+// is applied, which may be long before its reply arrives (a slow link),
+// or without a reply ever arriving (the client library retrying on another
+// connection may then find the key already gone). While it is in flight
+// the lock's local validity must already end by its start + TTL.
+func TestShorteningRefreshCapsValidityInFlight(t *testing.T) {
+	ctx := context.Background()
+	d := newWireDriver()
+	l := locker.New(d, nil)
+	defer l.Close()
+	lk, err := l.TryAcquire(ctx, "k", locker.WithTTL(30*time.Second), locker.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	letGo := d.hold(time.Second)
+	defer letGo()
+	before := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- lk.Refresh(ctx, time.Second) }()
+	<-d.sent // on the wire: the server may apply it at any moment now
+	if until := lk.Until(); until.After(before.Add(time.Second)) {
+		t.Errorf("while Refresh(1s) is in flight the lock is valid until %v after it was sent, want at most 1s: the server may already have applied it",
+			until.Sub(before).Round(time.Millisecond))
+	}
+	letGo()
+	if err := <-done; err != nil {
+		t.Fatalf("Refresh(1s) = %v", err)
+	}
+	wantWithinServer(t, d, lk)
+}

@@ -203,9 +203,13 @@ func (w *watchdog) refresh(due []*lock) {
 	var ttls []time.Duration
 	var helds []backend.Held
 	var earliest time.Time
+	// Taken before the requests are sent: a start a little early only
+	// makes the deadlines that follow from it earlier.
+	start := time.Now()
 	for _, lk := range due {
 		lk.mu.Lock()
 		if lk.tryTakeSlotLocked() {
+			lk.sendingLocked(start, lk.ttl)
 			batch = append(batch, lk)
 			ttls = append(ttls, lk.ttl)
 			helds = append(helds, lk.held)
@@ -222,7 +226,6 @@ func (w *watchdog) refresh(due []*lock) {
 	ctx, cancel := context.WithDeadline(w.ctx, earliest)
 	defer cancel()
 
-	start := time.Now()
 	errs := make([]error, len(batch))
 	switch {
 	case w.batch != nil && len(batch) > 1:
