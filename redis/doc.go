@@ -72,10 +72,11 @@
 // Redis may evict keys under memory pressure. Every lock key has a TTL, so
 // every maxmemory-policy other than noeviction can evict a held lock, and a
 // second client then acquires it. New and Open therefore read
-// maxmemory-policy and refuse such a server unless Options.AllowEviction
-// (allow_eviction=true) says the risk is accepted. Where CONFIG is not
-// permitted, as on many managed services, they log one warning through
-// Config.Logger and go on.
+// maxmemory-policy on the server, or on every master of a Cluster, and
+// refuse it unless Options.AllowEviction (allow_eviction=true) says the
+// risk is accepted; the error names each server at fault with its policy.
+// Where CONFIG is not permitted, as on many managed services, they log one
+// warning through Config.Logger and go on.
 //
 // # Waiting
 //

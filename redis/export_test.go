@@ -13,7 +13,7 @@ import (
 // on a per-key list that Release pushes to, one connection per waiter. The
 // tests and benchmarks compare it with the pub/sub design New uses.
 func NewWakeList(c goredis.UniversalClient, opts *Options) (locker.Locker, error) {
-	return newLocker(context.Background(), redisconn.NewGoRedis(c, false), opts, wakeList)
+	return newLocker(context.Background(), redisconn.NewGoRedis(c, false), "", opts, wakeList)
 }
 
 // LockKey is the server key that holds lock k.

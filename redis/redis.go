@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -39,7 +40,7 @@ const openTimeout = 5 * time.Second
 func New(c goredis.UniversalClient, opts *Options) (locker.Locker, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	return newLocker(ctx, redisconn.NewGoRedis(c, false), opts, wakePubSub)
+	return newLocker(ctx, redisconn.NewGoRedis(c, false), "", opts, wakePubSub)
 }
 
 // NewRedigo returns a Locker over a redigo connection pool. The Locker
@@ -47,10 +48,13 @@ func New(c goredis.UniversalClient, opts *Options) (locker.Locker, error) {
 func NewRedigo(p *redigo.Pool, opts *Options) (locker.Locker, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	return newLocker(ctx, redisconn.NewRedigo(p, false), opts, wakePubSub)
+	return newLocker(ctx, redisconn.NewRedigo(p, false), "", opts, wakePubSub)
 }
 
-func newLocker(ctx context.Context, c redisconn.Conn, opts *Options, mode wakeMode) (locker.Locker, error) {
+// newLocker checks the server and returns the Locker; name says what the
+// server is called in messages when the client does not know (a redigo
+// pool), "" for nothing.
+func newLocker(ctx context.Context, c redisconn.Conn, name string, opts *Options, mode wakeMode) (locker.Locker, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -59,7 +63,10 @@ func newLocker(ctx context.Context, c redisconn.Conn, opts *Options, mode wakeMo
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if err := checkEviction(ctx, c, log, o.AllowEviction); err != nil {
+	// A server (every master of a Cluster) that may evict lock keys is
+	// refused; one that cannot be reached is an error here.
+	if err := redisconn.CheckEviction(ctx, []redisconn.Target{{Conn: c, Name: name}},
+		redisconn.EvictionCheck{Backend: "redis", Allow: o.AllowEviction, Log: log}); err != nil {
 		return nil, err
 	}
 	d := newDriver(c, log, mode)
@@ -67,24 +74,6 @@ func newLocker(ctx context.Context, c redisconn.Conn, opts *Options, mode wakeMo
 		return locker.New(listDriver{d}, &o.Config), nil
 	}
 	return locker.New(pubsubDriver{d}, &o.Config), nil
-}
-
-// checkEviction refuses a server that may evict lock keys. Every lock key
-// carries a TTL, so the volatile-* policies evict them as readily as the
-// allkeys-* ones; only noeviction (or no memory limit) is safe.
-func checkEviction(ctx context.Context, c redisconn.Conn, log *slog.Logger, allow bool) error {
-	policy, err := redisconn.EvictionRisk(ctx, c)
-	switch {
-	case err != nil && redisconn.IsServerError(err):
-		// CONFIG is often disabled or renamed on managed Redis.
-		log.Warn("locker/redis: cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", "err", err)
-		return nil
-	case err != nil:
-		return fmt.Errorf("redis: server unreachable: %w", err)
-	case policy == "" || allow:
-		return nil
-	}
-	return fmt.Errorf("redis: maxmemory-policy is %q: under memory pressure Redis may evict lock keys (they all carry a TTL), and a second client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)", policy)
 }
 
 // open handles redis:// and rediss:// URLs:
@@ -113,7 +102,7 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	opts := &Options{Config: u.Config, AllowEviction: allow}
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	l, err := newLocker(ctx, c, opts, wakePubSub)
+	l, err := newLocker(ctx, c, strings.Join(hosts, ","), opts, wakePubSub)
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,6 +188,86 @@ func TestEvictionPolicy(t *testing.T) {
 		t.Fatalf("volatile-lru without maxmemory: %v", err)
 	}
 	l.Close()
+}
+
+// TestEvictionPolicyCluster: on a Redis Cluster every master is checked,
+// not only the node a CONFIG GET happens to reach. For each master in turn,
+// all the others get a policy that can evict lock keys: Open and New must
+// refuse the cluster and name every such master with its policy.
+func TestEvictionPolicyCluster(t *testing.T) {
+	nodes := strings.Split(hostOf(t, testenv.Get(t, testenv.RedisClusterURL)), ",")
+	ctx := context.Background()
+	clients := map[string]*goredis.Client{}
+	for _, n := range nodes {
+		c := goredis.NewClient(&goredis.Options{Addr: n})
+		t.Cleanup(func() { c.Close() })
+		clients[n] = c
+		// Restore what the shared cluster had, whatever happens below.
+		old, err := c.ConfigGet(ctx, "maxmemory*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			for _, k := range []string{"maxmemory-policy", "maxmemory"} {
+				if err := c.ConfigSet(context.Background(), k, old[k]).Err(); err != nil {
+					t.Errorf("restoring %s on %s: %v", k, n, err)
+				}
+			}
+		})
+	}
+	set := func(n, limit, policy string) {
+		t.Helper()
+		for k, v := range map[string]string{"maxmemory": limit, "maxmemory-policy": policy} {
+			if err := clients[n].ConfigSet(ctx, k, v).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: nodes})
+	defer cc.Close()
+	url := "redis://" + strings.Join(nodes, ",")
+	for i, good := range nodes {
+		var bad []string
+		for j, n := range nodes {
+			if n == good {
+				set(n, "0", "noeviction")
+				continue
+			}
+			bad = append(bad, n)
+			// The policies differ, so the error must say which is where.
+			set(n, "1gb", []string{"volatile-lru", "allkeys-lfu", "volatile-ttl"}[j])
+		}
+		for name, open := range map[string]func() (locker.Locker, error){
+			"Open": func() (locker.Locker, error) { return locker.Open(ctx, url) },
+			"New":  func() (locker.Locker, error) { return redis.New(cc, nil) },
+		} {
+			l, err := open()
+			if err == nil {
+				l.Close()
+				t.Errorf("round %d: %s succeeded with %v evicting (only %s is noeviction)", i, name, bad, good)
+				continue
+			}
+			for _, n := range bad {
+				j := slices.Index(nodes, n)
+				if want := fmt.Sprintf("%q on %s", []string{"volatile-lru", "allkeys-lfu", "volatile-ttl"}[j], n); !strings.Contains(err.Error(), want) {
+					t.Errorf("round %d: %s: %v; want it to name %s", i, name, err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "on "+good) {
+				t.Errorf("round %d: %s: %v names %s, whose policy is noeviction", i, name, err, good)
+			}
+		}
+	}
+	for _, open := range []func() (locker.Locker, error){
+		func() (locker.Locker, error) { return locker.Open(ctx, url+"?allow_eviction=true") },
+		func() (locker.Locker, error) { return redis.New(cc, &redis.Options{AllowEviction: true}) },
+	} {
+		l, err := open()
+		if err != nil {
+			t.Fatalf("with the opt-out: %v", err)
+		}
+		l.Close()
+	}
 }
 
 // TestConfigUnavailable: where CONFIG is disabled (as on managed Redis) the
@@ -391,5 +472,91 @@ func TestRedigoPool(t *testing.T) {
 	}
 	if n, _ := redigo.Int(c.Do("EXISTS", redis.LockKey(key))); n != 0 {
 		t.Fatal("Close did not release the held lock")
+	}
+}
+
+// TestCloseEndsAcquireOwnClient: Close ends an Acquire waiting on a held
+// key when the Locker runs on the caller's own client (New, NewRedigo),
+// built as users build theirs: go-redis without ContextTimeoutEnabled. The
+// waiter returns ErrClosed, unsubscribes, and the caller's client stays
+// open; the key is free for the next acquirer once its holder releases it.
+func TestCloseEndsAcquireOwnClient(t *testing.T) {
+	addr := hostOf(t, testenv.Get(t, testenv.RedisURL))
+	ctx := context.Background()
+	raw := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer raw.Close()
+	holder, err := locker.Open(ctx, testenv.Get(t, testenv.RedisURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	gc := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer gc.Close()
+	pool := &redigo.Pool{Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", addr) }}
+	defer pool.Close()
+	for name, c := range map[string]struct {
+		open func() (locker.Locker, error)
+		ping func() error
+	}{
+		"goredis": {func() (locker.Locker, error) { return redis.New(gc, nil) }, func() error { return gc.Ping(ctx).Err() }},
+		"redigo": {func() (locker.Locker, error) { return redis.NewRedigo(pool, nil) }, func() error {
+			rc := pool.Get()
+			defer rc.Close()
+			_, err := rc.Do("PING")
+			return err
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := fmt.Sprintf("close-ends-acquire/%s/%d", name, time.Now().UnixNano())
+			channel := redis.LockKey(key) + ":released"
+			subscribers := func() int64 {
+				m, err := raw.PubSubNumSub(ctx, channel).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m[channel]
+			}
+			lk, err := holder.Acquire(ctx, key, locker.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiter, err := c.open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				lk, err := waiter.Acquire(ctx, key)
+				if err == nil {
+					lk.Release(ctx)
+				}
+				errc <- err
+			}()
+			// Waiting: subscribed to the key's release notices.
+			testenv.WaitFor(t, 10*time.Second, "the waiter subscribes", func() bool { return subscribers() == 1 })
+			if err := waiter.Close(); err != nil {
+				t.Errorf("Close with an Acquire pending: %v", err)
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, locker.ErrClosed) {
+					t.Errorf("Acquire pending when its Locker closed: %v, want ErrClosed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the pending Acquire did not return after Close")
+			}
+			testenv.WaitFor(t, 10*time.Second, "the closed waiter unsubscribes", func() bool { return subscribers() == 0 })
+			if err := c.ping(); err != nil {
+				t.Errorf("the Locker closed the caller's client: %v", err)
+			}
+			if err := lk.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			next, err := holder.TryAcquire(ctx, key)
+			if err != nil {
+				t.Fatalf("after the holder released, with a closed waiter before us: %v", err)
+			}
+			next.Release(ctx)
+		})
 	}
 }

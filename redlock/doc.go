@@ -81,8 +81,9 @@
 //     about the same rate, within drift_factor. A server clock that jumps
 //     forward (an administrator, an NTP step) expires keys early; run NTP
 //     slewing, not stepping, on the nodes.
-//   - Memory: like the redis package, Open refuses a node whose
-//     maxmemory-policy can evict lock keys unless allow_eviction=true.
+//   - Memory: like the redis package, Open reads maxmemory-policy on
+//     every node and refuses the nodes whose policy can evict lock keys,
+//     naming each, unless allow_eviction=true.
 //   - Timeouts: keep node_timeout well below the TTL; a round that takes
 //     longer than TTL - drift never succeeds.
 //

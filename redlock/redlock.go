@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -141,7 +140,16 @@ func newLocker(ctx context.Context, conns []redisconn.Conn, addrs []string, opts
 	// work without it.
 	cctx, cancel := context.WithTimeout(ctx, 10*set.nodeTimeout)
 	defer cancel()
-	if err := checkNodes(cctx, conns, addrs, log, o.AllowEviction); err != nil {
+	// Nodes that may evict lock keys are refused, as the redis package
+	// refuses its server. A node that cannot be reached is only logged:
+	// Redlock is meant to work with a minority of nodes down.
+	targets := make([]redisconn.Target, len(conns))
+	for i, c := range conns {
+		targets[i] = redisconn.Target{Conn: c, Name: addrs[i]}
+	}
+	if err := redisconn.CheckEviction(cctx, targets, redisconn.EvictionCheck{
+		Backend: "redlock", Allow: o.AllowEviction, TolerateUnreachable: true, Log: log,
+	}); err != nil {
 		return nil, err
 	}
 	nodes := make([]*node, len(conns))
@@ -149,36 +157,6 @@ func newLocker(ctx context.Context, conns []redisconn.Conn, addrs []string, opts
 		nodes[i] = &node{addr: addrs[i], c: c, notify: redisconn.NewNotifier(c, log)}
 	}
 	return locker.New(newDriver(nodes, set, log), &o.Config), nil
-}
-
-// checkNodes refuses nodes that may evict lock keys, as the redis package
-// does for its one server. A node that cannot be reached is not an error:
-// Redlock is meant to work with a minority of nodes down; it is logged.
-func checkNodes(ctx context.Context, conns []redisconn.Conn, addrs []string, log *slog.Logger, allow bool) error {
-	errs := make([]error, len(conns))
-	var wg sync.WaitGroup
-	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			policy, err := redisconn.EvictionRisk(ctx, c)
-			switch {
-			case err != nil && redisconn.IsServerError(err):
-				log.Warn("locker/redlock: cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", "node", addrs[i], "err", err)
-			case err != nil:
-				log.Warn("locker/redlock: node unreachable at open", "node", addrs[i], "err", err)
-			case policy != "" && !allow:
-				errs[i] = fmt.Errorf("redlock: node %s has maxmemory-policy %q: under memory pressure it may evict lock keys, and another client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)", addrs[i], policy)
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // open handles redlock:// and redlocks:// (TLS) URLs:

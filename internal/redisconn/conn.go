@@ -32,27 +32,53 @@ type Conn interface {
 	// and reports whether an element was popped. Cancelling ctx ends the
 	// wait promptly.
 	BLPop(ctx context.Context, key string, timeout time.Duration) (bool, error)
-	// ConfigGet returns a server setting, from one node on a Cluster.
-	ConfigGet(ctx context.Context, name string) (string, error)
+	// Servers returns the servers behind the client, for checks that must
+	// look at each of them: the one server, or every master of a Redis
+	// Cluster (every live shard of a Ring). The error says the client
+	// could not even learn which servers those are.
+	Servers(ctx context.Context) ([]Server, error)
 	// SetNX runs SET key value NX PX ttl and reports whether it set the key.
 	SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
 	// Close closes the client if the Locker opened it, else does nothing.
 	Close() error
 }
 
+// Server is one Redis server behind a Conn.
+type Server interface {
+	// Addr is the server's host:port, or "" when the client does not say
+	// (a redigo pool dials whatever its Dial function reaches).
+	Addr() string
+	// ConfigGet returns the server's setting name.
+	ConfigGet(ctx context.Context, name string) (string, error)
+}
+
 // PubSub is one subscriber connection.
 type PubSub interface {
 	Subscribe(ctx context.Context, channels ...string) error
 	Unsubscribe(ctx context.Context, channels ...string) error
-	// Receive returns the next message's channel; confirmed is true when
-	// it is the server's confirmation of a SUBSCRIBE rather than a message.
-	// An error means the connection is unusable: the caller opens another.
-	Receive(ctx context.Context) (channel string, confirmed bool, err error)
+	// Receive returns the next message or confirmation and its channel.
+	// The server confirms every SUBSCRIBE and UNSUBSCRIBE, one reply per
+	// channel named, in the order the commands were sent, whether or not
+	// the command changed anything. An error means the connection is
+	// unusable: the caller opens another.
+	Receive(ctx context.Context) (channel string, ev Event, err error)
 	// Interrupt ends a blocked receive; it may be called from any goroutine.
 	Interrupt()
 	// Close closes the connection; only the goroutine that receives calls it.
 	Close() error
 }
+
+// Event is what PubSub.Receive got from the server.
+type Event int
+
+const (
+	// EventMessage is a message published on the channel.
+	EventMessage Event = iota
+	// EventSubscribed confirms a SUBSCRIBE of the channel.
+	EventSubscribed
+	// EventUnsubscribed confirms an UNSUBSCRIBE of the channel.
+	EventUnsubscribed
+)
 
 // Call is one invocation of a script in EvalMany.
 type Call struct {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -72,18 +75,21 @@ func (p *goredisPubSub) Unsubscribe(ctx context.Context, channels ...string) err
 	return p.ps.Unsubscribe(ctx, channels...)
 }
 
-func (p *goredisPubSub) Receive(ctx context.Context) (string, bool, error) {
+func (p *goredisPubSub) Receive(ctx context.Context) (string, Event, error) {
 	for {
 		m, err := p.ps.Receive(ctx)
 		if err != nil {
-			return "", false, err
+			return "", 0, err
 		}
 		switch m := m.(type) {
 		case *goredis.Message:
-			return m.Channel, false, nil
+			return m.Channel, EventMessage, nil
 		case *goredis.Subscription:
-			if m.Kind == "subscribe" {
-				return m.Channel, true, nil
+			switch m.Kind {
+			case "subscribe":
+				return m.Channel, EventSubscribed, nil
+			case "unsubscribe":
+				return m.Channel, EventUnsubscribed, nil
 			}
 		}
 	}
@@ -141,8 +147,47 @@ func (g *goredisConn) SetNX(ctx context.Context, key, value string, ttl time.Dur
 	return g.c.SetNX(ctx, key, value, ttl).Result()
 }
 
-func (g *goredisConn) ConfigGet(ctx context.Context, name string) (string, error) {
-	m, err := g.c.ConfigGet(ctx, name).Result()
+func (g *goredisConn) Servers(ctx context.Context) ([]Server, error) {
+	var (
+		mu  sync.Mutex
+		out []Server
+	)
+	collect := func(_ context.Context, c *goredis.Client) error {
+		mu.Lock()
+		out = append(out, goredisServer{c, c.Options().Addr})
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := g.c.(type) {
+	case *goredis.Client:
+		return []Server{goredisServer{c, c.Options().Addr}}, nil
+	case *goredis.ClusterClient:
+		err = c.ForEachMaster(ctx, collect)
+	case *goredis.Ring:
+		err = c.ForEachShard(ctx, collect)
+	default:
+		// Some other UniversalClient: all it offers is the commands, which
+		// it sends where it sees fit.
+		return []Server{goredisServer{g.c, ""}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Server) int { return strings.Compare(a.Addr(), b.Addr()) })
+	return out, nil
+}
+
+// goredisServer is one server of a go-redis client.
+type goredisServer struct {
+	c    goredis.Cmdable
+	addr string
+}
+
+func (s goredisServer) Addr() string { return s.addr }
+
+func (s goredisServer) ConfigGet(ctx context.Context, name string) (string, error) {
+	m, err := s.c.ConfigGet(ctx, name).Result()
 	if err != nil {
 		return "", err
 	}

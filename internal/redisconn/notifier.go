@@ -11,8 +11,9 @@ import (
 )
 
 // subscribeTimeout bounds how long Watch waits for the server to confirm a
-// subscription before the waiter falls back to polling.
-const subscribeTimeout = 2 * time.Second
+// subscription before the waiter falls back to polling. A variable for the
+// tests that hold a confirmation back on purpose.
+var subscribeTimeout = 2 * time.Second
 
 // notifier delivers release notices to the waiters of one Locker over a
 // single subscriber connection, opened on the first Watch. A channel is
@@ -23,6 +24,16 @@ const subscribeTimeout = 2 * time.Second
 // every waiter, so each looks at its key again; a waiter never depends on a
 // message alone, since package locker also retries when the holder's TTL
 // runs out.
+//
+// A subscription is ready when the server has confirmed its own SUBSCRIBE,
+// not at the first subscribe confirmation for its channel: when a watch
+// ends and another of the same channel starts at once, the confirmation of
+// the old SUBSCRIBE can arrive after the new one was sent, and taking it
+// for the new one would mark the new watch ready before the server has it
+// (between the old UNSUBSCRIBE and the new SUBSCRIBE nobody is subscribed,
+// and a release published then is lost). The server confirms every
+// SUBSCRIBE and UNSUBSCRIBE, in order, so the notifier numbers the commands
+// it sends for each channel on the connection and counts the confirmations.
 type Notifier struct {
 	c   Conn
 	log *slog.Logger
@@ -32,12 +43,22 @@ type Notifier struct {
 	running  bool   // the receive loop runs
 	closed   bool
 	subs     map[string]*subscription // by channel
+	cmds     map[string]*channelCmds  // by channel, on the current connection
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
 }
 
+// channelCmds counts the SUBSCRIBE and UNSUBSCRIBE commands sent for one
+// channel on the current connection, and their confirmations so far.
+type channelCmds struct{ sent, confirmed uint64 }
+
 type subscription struct {
-	watchers  map[*watcher]struct{}
+	watchers map[*watcher]struct{}
+	// seq is the number of the SUBSCRIBE that serves this subscription
+	// among its channel's commands on the current connection: the
+	// confirmation that brings the count to seq is its own. 0: not sent
+	// on this connection yet.
+	seq       uint64
 	confirmed bool
 	ready     chan struct{} // closed when confirmed
 	// resubscribed: confirmed again after a reconnect, when releases may
@@ -57,7 +78,27 @@ func (w *watcher) wake() {
 // NewNotifier returns a Notifier over c; it opens its connection on the
 // first Watch.
 func NewNotifier(c Conn, log *slog.Logger) *Notifier {
-	return &Notifier{c: c, log: log, subs: map[string]*subscription{}}
+	return &Notifier{c: c, log: log, subs: map[string]*subscription{}, cmds: map[string]*channelCmds{}}
+}
+
+// sentLocked records a SUBSCRIBE or UNSUBSCRIBE of channel sent on the
+// current connection and returns its number; n.mu is held.
+func (n *Notifier) sentLocked(channel string) uint64 {
+	c := n.cmds[channel]
+	if c == nil {
+		c = &channelCmds{}
+		n.cmds[channel] = c
+	}
+	c.sent++
+	return c.sent
+}
+
+// brokenLocked gives up the current connection after a command could not
+// be sent (it may have been sent in part): the receive loop sees it end,
+// opens another and subscribes everything watched again; n.mu is held.
+func (n *Notifier) brokenLocked(what, channel string, err error) {
+	n.log.Debug("locker: redis "+what+" failed; reconnecting", "channel", channel, "err", err)
+	n.ps.Interrupt()
 }
 
 // Watch subscribes to channel, waits until the server confirms, and
@@ -88,9 +129,9 @@ func (n *Notifier) WatchInto(ctx context.Context, channel string, events chan st
 		n.subs[channel] = s
 		if n.ps != nil {
 			if err := n.ps.Subscribe(ctx, channel); err != nil {
-				// The receive loop sees the broken connection and
-				// re-subscribes everything on the next one.
-				n.log.Debug("locker: redis subscribe failed", "channel", channel, "err", err)
+				n.brokenLocked("subscribe", channel, err)
+			} else {
+				s.seq = n.sentLocked(channel)
 			}
 		}
 	}
@@ -136,7 +177,9 @@ func (n *Notifier) unwatch(channel string, w *watcher) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := n.ps.Unsubscribe(ctx, channel); err != nil {
-			n.log.Debug("locker: redis unsubscribe failed", "channel", channel, "err", err)
+			n.brokenLocked("unsubscribe", channel, err)
+		} else {
+			n.sentLocked(channel)
 		}
 	}
 }
@@ -167,20 +210,27 @@ func (n *Notifier) loop(ctx context.Context) {
 		}
 		n.ps = ps
 		var chans []string
-		for ch := range n.subs {
+		for ch, s := range n.subs {
 			chans = append(chans, ch)
+			// One SUBSCRIBE for all: the server confirms each channel.
+			s.seq = n.sentLocked(ch)
 		}
 		if len(chans) > 0 {
 			// Under n.mu, like every other subscribe: a connection takes
-			// one writer at a time. A failure shows in receive.
-			_ = ps.Subscribe(ctx, chans...)
+			// one writer at a time.
+			if err := ps.Subscribe(ctx, chans...); err != nil {
+				n.brokenLocked("subscribe", chans[0], err)
+			}
 		}
 		n.mu.Unlock()
 		n.receive(ctx, ps)
 		n.mu.Lock()
 		n.ps = nil
-		// Every subscription must be confirmed again on the next connection.
+		// Every subscription must be confirmed again on the next
+		// connection, where the commands are counted afresh.
+		clear(n.cmds)
 		for _, s := range n.subs {
+			s.seq = 0
 			if s.confirmed {
 				s.confirmed = false
 				s.resubscribed = true
@@ -194,7 +244,7 @@ func (n *Notifier) loop(ctx context.Context) {
 
 func (n *Notifier) receive(ctx context.Context, ps PubSub) {
 	for {
-		ch, confirmed, err := ps.Receive(ctx)
+		ch, ev, err := ps.Receive(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				n.log.Debug("locker: redis subscriber connection lost", "err", err)
@@ -203,9 +253,18 @@ func (n *Notifier) receive(ctx context.Context, ps PubSub) {
 		}
 		n.mu.Lock()
 		s := n.subs[ch]
-		if s != nil {
-			wake := !confirmed
-			if confirmed && !s.confirmed {
+		wake := false
+		switch ev {
+		case EventMessage:
+			wake = true
+		case EventSubscribed, EventUnsubscribed:
+			c := n.cmds[ch]
+			if c == nil || c.confirmed >= c.sent {
+				break // not an answer to a command of ours
+			}
+			c.confirmed++
+			if s != nil && !s.confirmed && s.seq == c.confirmed {
+				// The confirmation of this subscription's own SUBSCRIBE.
 				s.confirmed = true
 				close(s.ready)
 				// After a reconnect a release may have been missed while
@@ -213,10 +272,13 @@ func (n *Notifier) receive(ctx context.Context, ps PubSub) {
 				wake = s.resubscribed
 				s.resubscribed = false
 			}
-			if wake {
-				for w := range s.watchers {
-					w.wake()
-				}
+			if c.confirmed == c.sent && s == nil {
+				delete(n.cmds, ch)
+			}
+		}
+		if wake && s != nil {
+			for w := range s.watchers {
+				w.wake()
 			}
 		}
 		n.mu.Unlock()

@@ -132,19 +132,22 @@ func (p *redigoPubSub) Unsubscribe(_ context.Context, channels ...string) error 
 	return p.psc.Unsubscribe(toAny(channels)...)
 }
 
-func (p *redigoPubSub) Receive(ctx context.Context) (string, bool, error) {
+func (p *redigoPubSub) Receive(ctx context.Context) (string, Event, error) {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(p.ctx, stop)()
 	for {
 		switch m := p.psc.ReceiveContext(ctx).(type) {
 		case error:
-			return "", false, m
+			return "", 0, m
 		case redigo.Message:
-			return m.Channel, false, nil
+			return m.Channel, EventMessage, nil
 		case redigo.Subscription:
-			if m.Kind == "subscribe" {
-				return m.Channel, true, nil
+			switch m.Kind {
+			case "subscribe":
+				return m.Channel, EventSubscribed, nil
+			case "unsubscribe":
+				return m.Channel, EventUnsubscribed, nil
 			}
 		}
 	}
@@ -199,8 +202,18 @@ func (r *redigoConn) SetNX(ctx context.Context, key, value string, ttl time.Dura
 	return v != nil, nil // "OK", or nil when the key exists
 }
 
-func (r *redigoConn) ConfigGet(ctx context.Context, name string) (string, error) {
-	c, err := r.get(ctx)
+// Servers is the one server the pool dials; redigo has no cluster client.
+func (r *redigoConn) Servers(context.Context) ([]Server, error) {
+	return []Server{redigoServer{r}}, nil
+}
+
+type redigoServer struct{ r *redigoConn }
+
+// Addr is unknown: the pool's Dial function decides where it connects.
+func (redigoServer) Addr() string { return "" }
+
+func (s redigoServer) ConfigGet(ctx context.Context, name string) (string, error) {
+	c, err := s.r.get(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -1,7 +1,6 @@
 package redisconn
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -39,21 +38,4 @@ func FromURL(u *locker.URL, useTLS bool) ([]string, ClientOptions, error) {
 	o.Password, _ = u.User.Password()
 	o.TLS = useTLS
 	return hosts, o, nil
-}
-
-// EvictionRisk reads the server's maxmemory-policy and returns it when it
-// lets Redis evict lock keys under memory pressure, or "" when they are
-// safe (noeviction, or no memory limit at all). Every lock key carries a
-// TTL, so the volatile-* policies evict them as readily as the allkeys-*
-// ones. An error for which IsServerError holds means CONFIG is not
-// permitted, as on many managed services.
-func EvictionRisk(ctx context.Context, c Conn) (string, error) {
-	policy, err := c.ConfigGet(ctx, "maxmemory-policy")
-	if err != nil || policy == "noeviction" {
-		return "", err
-	}
-	if limit, err := c.ConfigGet(ctx, "maxmemory"); err == nil && limit == "0" {
-		return "", nil // no memory limit: nothing is ever evicted
-	}
-	return policy, nil
 }

@@ -1,0 +1,152 @@
+package redisconn
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// EvictionCheck says how CheckEviction treats what it finds.
+type EvictionCheck struct {
+	// Backend names the package in messages: "redis" or "redlock".
+	Backend string
+	// Allow accepts a policy that can evict lock keys (Options.AllowEviction,
+	// allow_eviction=true in a URL).
+	Allow bool
+	// TolerateUnreachable logs a server that does not answer instead of
+	// failing: Redlock is meant to work with a minority of its nodes down.
+	TolerateUnreachable bool
+	// Log receives the warnings.
+	Log *slog.Logger
+}
+
+// Target is one client to check, and what to call it in messages when the
+// client does not know its server's address (a redigo pool).
+type Target struct {
+	Conn Conn
+	Name string
+}
+
+// CheckEviction reads maxmemory-policy on every server behind the targets
+// (every master of a Redis Cluster, every node of Redlock), all at once,
+// and refuses them unless every one keeps lock keys safe; the error names
+// each server that does not, with its policy. Every lock key carries a
+// TTL, so the volatile-* policies evict them as readily as the allkeys-*
+// ones: only noeviction, or no memory limit at all, is safe. A server
+// where CONFIG is not permitted, as on many managed services, is logged
+// once (for all such servers) and accepted.
+func CheckEviction(ctx context.Context, targets []Target, o EvictionCheck) error {
+	type result struct {
+		target int // index in targets
+		name   string
+		policy string // one that can evict, or ""
+		err    error
+	}
+	var (
+		mu      sync.Mutex
+		results []result
+		wg      sync.WaitGroup
+	)
+	add := func(r result) {
+		mu.Lock()
+		results = append(results, r)
+		mu.Unlock()
+	}
+	for i, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			servers, err := tg.Conn.Servers(ctx)
+			if err != nil {
+				add(result{target: i, name: tg.Name, err: err})
+				return
+			}
+			for _, s := range servers {
+				name := s.Addr()
+				if name == "" {
+					name = tg.Name
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					policy, err := evictionRisk(ctx, s)
+					add(result{target: i, name: name, policy: policy, err: err})
+				}()
+			}
+		}()
+	}
+	wg.Wait()
+	// In the order of the targets, then of the addresses: stable messages.
+	slices.SortFunc(results, func(a, b result) int {
+		return cmp.Or(cmp.Compare(a.target, b.target), strings.Compare(a.name, b.name))
+	})
+
+	var risky, noConfig, unreachable []result
+	for _, r := range results {
+		switch {
+		case r.err != nil && IsServerError(r.err):
+			noConfig = append(noConfig, r)
+		case r.err != nil:
+			unreachable = append(unreachable, r)
+		case r.policy != "" && !o.Allow:
+			risky = append(risky, r)
+		}
+	}
+	if len(noConfig) > 0 {
+		args := []any{"err", noConfig[0].err}
+		var names []string
+		for _, r := range noConfig {
+			if r.name != "" {
+				names = append(names, r.name)
+			}
+		}
+		if len(names) > 0 {
+			args = append(args, "servers", strings.Join(names, ", "))
+		}
+		o.Log.Warn("locker/"+o.Backend+": cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", args...)
+	}
+	var errs []error
+	if len(risky) > 0 {
+		var parts []string
+		for _, r := range risky {
+			p := fmt.Sprintf("%q", r.policy)
+			if r.name != "" {
+				p += " on " + r.name
+			}
+			parts = append(parts, p)
+		}
+		errs = append(errs, fmt.Errorf("%s: maxmemory-policy is %s: under memory pressure Redis may evict lock keys (they all carry a TTL), and a second client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)",
+			o.Backend, strings.Join(parts, ", ")))
+	}
+	for _, r := range unreachable {
+		if o.TolerateUnreachable {
+			o.Log.Warn("locker/"+o.Backend+": node unreachable at open", "node", r.name, "err", r.err)
+			continue
+		}
+		if r.name == "" {
+			errs = append(errs, fmt.Errorf("%s: server unreachable: %w", o.Backend, r.err))
+		} else {
+			errs = append(errs, fmt.Errorf("%s: server %s unreachable: %w", o.Backend, r.name, r.err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// evictionRisk reads a server's maxmemory-policy and returns it when it
+// lets Redis evict lock keys under memory pressure, or "" when they are
+// safe (noeviction, or no memory limit at all).
+func evictionRisk(ctx context.Context, s Server) (string, error) {
+	policy, err := s.ConfigGet(ctx, "maxmemory-policy")
+	if err != nil || policy == "noeviction" {
+		return "", err
+	}
+	if limit, err := s.ConfigGet(ctx, "maxmemory"); err == nil && limit == "0" {
+		return "", nil // no memory limit: nothing is ever evicted
+	}
+	return policy, nil
+}
