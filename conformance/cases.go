@@ -383,8 +383,6 @@ func caseTTLReports(t *T) {
 
 func caseCancelledAcquire(t *T) {
 	a, b, c := t.locker(), t.locker(), t.locker()
-	key := t.key("k")
-	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
 
 	// Already cancelled: fails at once, even on a free key.
 	dead, cancel := context.WithCancel(t.ctx)
@@ -397,31 +395,69 @@ func caseCancelledAcquire(t *T) {
 	}
 	t.release(t.tryAcquire(c, t.key("free")))
 
-	// Cancelled while waiting.
+	// Cancelled while waiting. A run in which the holder's own validity
+	// ran out before the waiter got the key (the process stalled for a
+	// whole TTL on a loaded machine) says nothing about cancellation and
+	// is run again on a fresh key; a waiter given the key while the
+	// holder's validity still ran is two holders, and fails.
+	const runs = 3
+	for i := range runs {
+		if cancelWhileWaiting(t, a, b, c, t.key(fmt.Sprintf("k%d", i))) {
+			return
+		}
+	}
+	t.Errorf("in %d runs out of %d the holder's validity ran out before the cancellation could be checked (the process stalled for a whole TTL each time)", runs, runs)
+}
+
+// cancelWhileWaiting has b wait for key, held by a, cancels the wait and
+// checks that nothing the waiter left blocks c. It reports false when the
+// run could not check it: the holder's validity had run out on its own.
+func cancelWhileWaiting(t *T, a, b, c locker.Locker, key string) bool {
+	// A TTL far beyond what the case waits for: only a stall of the whole
+	// process lets it run out.
+	ttl := max(t.longTTL(), time.Minute)
+	if m := t.caps().MaxTTL; m > 0 && ttl > m {
+		ttl = max(t.longTTL(), m)
+	}
+	lk := t.acquire(a, key, locker.WithTTL(ttl))
 	ctx, cancel := context.WithCancel(t.ctx)
-	errc := make(chan error, 1)
+	defer cancel()
+	type outcome struct {
+		lk  locker.Lock
+		err error
+		at  time.Time
+	}
+	out := make(chan outcome, 1)
 	go func() {
 		lk, err := b.Acquire(ctx, key)
-		if err == nil {
-			lk.Release(t.ctx)
-		}
-		errc <- err
+		out <- outcome{lk, err, time.Now()}
 	}()
 	if t.closedWithin(t.ctx.Done(), 50*time.Millisecond) {
 		t.Fatalf("context ended")
 	}
 	cancel()
-	var err error
+	var o outcome
 	select {
-	case err = <-errc:
+	case o = <-out:
 	case <-time.After(t.longTTL() / 2):
 		t.Fatalf("Acquire did not return within %v of its context being cancelled", t.longTTL()/2)
 	}
-	t.wantErr(err, context.Canceled, "Acquire cancelled while waiting")
+	if o.err == nil {
+		defer o.lk.Release(t.ctx)
+		if lk.Until().Before(o.at) {
+			lk.Release(t.ctx)
+			return false
+		}
+		t.Errorf("Acquire cancelled while waiting got the key while its holder's lock was still valid: two holders")
+		lk.Release(t.ctx)
+		return true
+	}
+	t.wantErr(o.err, context.Canceled, "Acquire cancelled while waiting")
 	// What the cancelled waiter left must not block the next acquirer.
 	t.release(lk)
 	lkC := t.acquireWithin(c, key, t.longTTL()/2, "after the holder released, with a cancelled waiter before us")
 	t.release(lkC)
+	return true
 }
 
 func caseIndependentKeys(t *T) {
