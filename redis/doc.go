@@ -58,9 +58,29 @@
 //
 // On one server that does not lose its data, at most one client holds a
 // key at a time, on the server's clock. A holder that crashes blocks
-// others for at most the TTL. Lost closes when a refresh finds the lock
-// gone or when the TTL runs out on the client's clock without a
-// successful refresh.
+// others for at most the TTL (plus ExpirySlack: Redis expires a key when
+// it is touched, or within its background sweep).
+//
+// What Lost promises relative to the server: the server keeps a lock at
+// least until the send time of the last request that set its TTL (the
+// acquire, or a refresh) plus that TTL, however late the request arrived,
+// since it sets the TTL when it is applied. Lock.Until, the moment Lost
+// closes, is that time less the drift allowance (1% of the TTL + 2 ms):
+//   - after the acquire sent at s: s + TTL - drift;
+//   - while a refresh sent at s with TTL t is in flight: at most
+//     s + t - drift, as the server may already have applied it (a shorter
+//     TTL than the time left shortens the lock before the reply);
+//   - after it succeeds: s + t - drift; after it fails without an answer
+//     (a timeout, a dropped connection: the command may still be applied,
+//     even after a later refresh, and go-redis may have retried it), no
+//     later deadline assumes a longer TTL than t.
+//
+// Lost closes earlier when a refresh finds the key gone or owned by
+// another token (an operator deleted it, the server lost it). It does
+// not close when the key is deleted between refreshes: Redis tells no one,
+// so the holder learns it at the next refresh, at most TTL/3 later with
+// the watchdog on. Refreshes of one lock go out one at a time, so two
+// can never be applied in the other order.
 //
 // Replication in Redis is asynchronous. If the primary fails after
 // granting a lock and before the write reaches the replica that Sentinel

@@ -23,8 +23,12 @@
 //     TTL - (now - t1) - drift is positive, where drift = TTL x
 //     drift_factor + min_drift allows for clock-rate differences and
 //     Redis's expiry precision. The holder may rely on the lock for the
-//     validity only; package locker closes Lost when it runs out without a
-//     successful refresh.
+//     validity only: Lock.Until is t1 + validity, and Lost closes then
+//     unless a refresh moved it. A refresh sent at t with TTL ttl counts
+//     only if a majority extended the lock; its validity, from the moment
+//     it is sent until its reply, is at most t + ttl - drift, as each node
+//     sets the TTL when the command is applied there. Lost closes earlier
+//     when a refresh finds no majority still holding the lock.
 //  3. Otherwise the round is undone on every node that accepted or did not
 //     answer (its SET may have landed); a node that answered with another
 //     holder certainly did not take ours.
