@@ -101,25 +101,25 @@ func (lk *lock) start(acq backend.Acquisition, start time.Time) {
 // expire runs at the local validity deadline. A lock still held is lost
 // from then on; one whose release failed in transit stays where it is. In
 // both cases a driver whose server keeps the lock past its TTL (an
-// Expirer) removes it now.
-func (lk *lock) expire() {
+// Expirer) must remove it now: expire returns it, for the watchdog's
+// expirers to call, or nil.
+func (lk *lock) expire() backend.Expirer {
 	lk.mu.Lock()
 	if lk.state == stateGone {
 		lk.mu.Unlock()
-		return
+		return nil
 	}
 	if time.Until(lk.deadline) > 0 {
 		// Refreshed meanwhile: refreshed queued the new deadline, in the
 		// same section as it set it.
 		lk.mu.Unlock()
-		return
+		return nil
 	}
 	// A refresh due later finds the lock no longer held and is dropped.
 	lk.setStateLocked(stateLost, errExpired)
 	lk.mu.Unlock()
-	if e, ok := lk.held.(backend.Expirer); ok {
-		e.Expire()
-	}
+	e, _ := lk.held.(backend.Expirer)
+	return e
 }
 
 // backendLost is the Request.OnLost callback: the backend knows the lock

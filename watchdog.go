@@ -33,6 +33,11 @@ type watchdog struct {
 	ctx    context.Context // cancelled by stop; parent of every refresh
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the loop and its in-flight batches
+
+	// Drivers' Expire calls waiting for one of at most maxExpirers
+	// goroutines; under mu.
+	expireQ  []backend.Expirer
+	expirers int
 }
 
 // The watchdog's heaps, and a lock's place in each (lock.slots).
@@ -45,14 +50,39 @@ const (
 type slot struct {
 	at    time.Time
 	index int // in the heap; -1 when not in it
+	// window is the batch window of the lock's TTL when it was queued
+	// (refresh heap only): set under lk.mu, which every caller of add and
+	// schedule holds, and read under w.mu.
+	window time.Duration
 }
 
 // noSlots is a lock's slots before the watchdog has it.
 var noSlots = [2]slot{{index: -1}, {index: -1}}
 
-// batchWindow: locks due within this long of the first are refreshed in
-// the same batch, a little early, to share a round trip.
-const batchWindow = 5 * time.Millisecond
+// Locks due within a window of the first are refreshed in the same batch,
+// a little early, to share a round trip: a thirtieth of the first's TTL
+// (a refresh due at a third of the TTL goes out at most a tenth of the
+// remaining two thirds early), within [minBatchWindow, maxBatchWindow].
+// Locks taken one after another fall due spread over a whole refresh
+// period; the window gathers them into a few batches per period, however
+// many there are (10,000 locks at a 3s TTL: about ten per second).
+const (
+	minBatchWindow = 5 * time.Millisecond
+	maxBatchWindow = time.Second
+)
+
+func batchWindow(ttl time.Duration) time.Duration {
+	return min(max(ttl/30, minBatchWindow), maxBatchWindow)
+}
+
+// Bounds on the goroutines the watchdog runs besides its loop, so that
+// they never grow with the number of locks: drivers without RefreshBatch
+// get at most maxRefreshers refreshes in flight per batch, and at most
+// maxExpirers Expire calls (a round trip each) run at once.
+const (
+	maxRefreshers = 64
+	maxExpirers   = 16
+)
 
 func newWatchdog(c *client) *watchdog {
 	w := &watchdog{c: c, timer: time.NewTimer(time.Hour)}
@@ -65,7 +95,7 @@ func newWatchdog(c *client) *watchdog {
 }
 
 // add queues a new lock: lk.expire runs at deadline, and unless due is
-// zero, the first refresh at due.
+// zero, the first refresh at due. lk.mu is held, as for schedule.
 func (w *watchdog) add(lk *lock, deadline, due time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -104,6 +134,9 @@ func (w *watchdog) putLocked(kind int, lk *lock, at time.Time) {
 	}
 	s := &lk.slots[kind]
 	s.at = at
+	if kind == refreshHeap {
+		s.window = batchWindow(lk.ttl)
+	}
 	if s.index >= 0 {
 		heap.Fix(&w.heaps[kind], s.index)
 	} else {
@@ -152,8 +185,11 @@ func (w *watchdog) loop() {
 		now := time.Now()
 		var batch, expired []*lock
 		refresh, expiry := &w.heaps[refreshHeap], &w.heaps[expiryHeap]
-		for refresh.Len() > 0 && !refresh.first().After(now.Add(batchWindow)) {
-			batch = append(batch, heap.Pop(refresh).(*lock))
+		if refresh.Len() > 0 {
+			until := now.Add(refresh.locks[0].slots[refreshHeap].window)
+			for refresh.Len() > 0 && !refresh.first().After(until) {
+				batch = append(batch, heap.Pop(refresh).(*lock))
+			}
 		}
 		for expiry.Len() > 0 && !expiry.first().After(now) {
 			expired = append(expired, heap.Pop(expiry).(*lock))
@@ -174,11 +210,15 @@ func (w *watchdog) loop() {
 		}
 		w.mu.Unlock()
 
-		// Each expiry on its own: a driver's Expire may take a round trip,
-		// and no lock's Lost should wait for another's.
+		// Lost closes here for every expired lock at once; the drivers'
+		// Expire calls, a round trip each, go to the bounded expirers.
+		var expire []backend.Expirer
 		for _, lk := range expired {
-			go lk.expire()
+			if e := lk.expire(); e != nil {
+				expire = append(expire, e)
+			}
 		}
+		w.queueExpire(expire)
 		if len(batch) > 0 {
 			go func() {
 				defer w.wg.Done()
@@ -234,10 +274,12 @@ func (w *watchdog) refresh(due []*lock) {
 		errs[0] = helds[0].Refresh(ctx, ttls[0])
 	default:
 		var wg sync.WaitGroup
+		sem := make(chan struct{}, maxRefreshers)
 		for i := range batch {
+			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
-				defer wg.Done()
+				defer func() { <-sem; wg.Done() }()
 				errs[i] = helds[i].Refresh(ctx, ttls[i])
 			}()
 		}
@@ -254,6 +296,39 @@ func (w *watchdog) refresh(due []*lock) {
 		default:
 			w.c.log.Warn("locker: refresh failed, retrying", "key", lk.key, "err", err)
 		}
+	}
+}
+
+// queueExpire hands the drivers' Expire calls to the expirers, starting
+// more of them, up to maxExpirers, while calls wait.
+func (w *watchdog) queueExpire(es []backend.Expirer) {
+	if len(es) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.expireQ = append(w.expireQ, es...)
+	for n := min(len(w.expireQ), maxExpirers-w.expirers); n > 0; n-- {
+		w.expirers++
+		go w.expirer()
+	}
+}
+
+// expirer runs queued Expire calls until none is left.
+func (w *watchdog) expirer() {
+	for {
+		w.mu.Lock()
+		if len(w.expireQ) == 0 {
+			w.expirers--
+			w.expireQ = nil // let a large backlog's array go
+			w.mu.Unlock()
+			return
+		}
+		e := w.expireQ[0]
+		w.expireQ[0] = nil
+		w.expireQ = w.expireQ[1:]
+		w.mu.Unlock()
+		e.Expire()
 	}
 }
 
