@@ -56,6 +56,19 @@
 // returns. If such a cleanup cannot reach etcd, it is retried in the
 // background, and the entry never outlives its lease.
 //
+// A cleanup that finds nothing after a lost reply settles nothing: etcd
+// serves the put and the cleanup as separate requests, concurrently, and
+// may apply the put after the cleanup looked, leaving an entry on a lease
+// that is kept alive for the Locker's other locks. So the entry's name
+// stays reserved and the lease looks for it again, first after a second,
+// then at growing intervals up to a third of the TTL, until it finds and
+// deletes it or the lease ends: a put applied late blocks the lock for
+// at most max(1s, TTL/3) more. These looks, and the retries of failed
+// cleanups, are made by one goroutine per lease while it has any, all due
+// entries in one transaction; a lease that gathers 64 of them is taken out
+// of use for new acquisitions, which get a new lease, and is revoked once
+// its locks are gone.
+//
 // Entry names are reused: <lease id in hex>, with -N added while several
 // acquisitions of one Locker queue for the same lock. etcd keeps every
 // deleted key in its index until the next compaction, and a read of a
@@ -86,30 +99,53 @@
 // fail with ErrInvalidTTL instead of being silently lengthened.
 //
 // All locks and waiters of one Locker with the same TTL share one lease,
-// granted when first needed, kept alive at a third of its TTL by one
-// goroutine, and revoked after a minute unused or when the Locker closes.
-// Acquiring therefore costs no LeaseGrant round trip. The lease is what
-// frees the locks of a process that dies or is cut off: they go when it
-// expires on the server, within the TTL of the last keepalive plus the
-// half second etcd's leader takes to notice (ExpirySlack is 1s). A lock
-// that is not refreshed (WithAutoRefresh(false)) still expires at its TTL
-// while its process lives: the lease is kept alive for the others, so the
-// Locker deletes the lock's entry itself when its validity runs out (the
-// TTL less the drift allowance), and likewise after a Release that failed
-// in transit and was not retried. Refresh
-// with another TTL moves the entry to that TTL's lease; a put on an
-// existing key keeps its create revision, so the fence and the queue
-// position stay.
+// granted when first needed, kept alive by one goroutine (a keepalive a
+// sixth of the TTL after the last answered one was sent), and revoked
+// after a minute unused or when the Locker closes. Acquiring therefore
+// costs no LeaseGrant round trip. The lease is what frees the locks of a
+// process that dies or is cut off: they go when it expires on the server,
+// within the TTL of the last keepalive plus the half second etcd's leader
+// takes to notice (ExpirySlack is 1s). A lock that is not refreshed
+// (WithAutoRefresh(false)) still expires while its process lives: the
+// lease is kept alive for the others, so the Locker deletes the lock's
+// entry itself when its validity runs out, and likewise after a Release
+// that failed in transit and was not retried. Refresh with another TTL
+// moves the entry to that TTL's lease; a put on an existing key keeps its
+// create revision, so the fence and the queue position stay.
 //
-// Lost closes, besides when a refresh finds the entry gone and when the
-// local validity runs out, when the lease may have expired: when no
-// keepalive has succeeded for the lease's TTL (less the clock-drift
-// allowance) since the last one was sent, or when the server says it is
-// gone. Since the server cannot expire a lease sooner, a holder that is
-// cut off from the cluster sees Lost before anyone else can acquire its
-// lock, as long as the clocks run at about the same rate. A request that
-// cannot reach etcd waits for it no longer than the lease it is made for
-// lives.
+// # What Lost promises
+//
+// A lease's confirmed validity is the sending of the last keepalive the
+// server answered (or of the grant) plus the TTL it granted: the server
+// cannot expire the lease before then (a leader change only extends
+// leases). A lock lives on the server no longer than its lease, and its
+// local validity (Lock.Until) never runs past the lease's confirmed
+// validity less the drift allowance (1% of the TTL plus 2 ms): package
+// locker caps it there after the acquisition and after every refresh
+// (backend.Bounded). A refresh with the same TTL renews no lease (the
+// lease loop does), so it does not extend the lock past that bound either.
+// While keepalives succeed, a sixth of the TTL apart, a lock's validity
+// therefore ends between five sixths of its TTL and its TTL (less the
+// drift) after its acquisition or last refresh; an unrefreshed lock is
+// deleted then. Lock.TTL reports the smaller of the lock's validity and
+// the lease's confirmed validity.
+//
+// Lost closes at the lock's validity at the latest. It closes earlier
+// when the lock is released, when a refresh finds the entry gone, when the
+// server says the lease is gone (at the next keepalive), and when the
+// lease lapses: its confirmed validity, less the drift allowance, passes
+// without a newer keepalive answered. The lapse has a timer of its own,
+// which neither a keepalive in flight nor any cleanup holds up. So a
+// holder cut off from the cluster (a partition, the members it talks to
+// gone) sees Lost before the server can expire its lease, and so before
+// anyone else can acquire its lock, as long as the clocks run at about
+// the same rate. The server frees the lock when the lease really ends
+// (the last keepalive it received plus the TTL), or up to ExpirySlack
+// later. After a lapse the Locker revokes the lease if it can still reach
+// etcd, and later locks with that TTL get a new lease; Release of a lock
+// lost with its lease returns ErrNotHeld without a request. A request
+// that cannot reach etcd waits for it no longer than the lease it is made
+// for lives.
 //
 // # Fencing tokens
 //

@@ -80,11 +80,12 @@ type driver struct {
 
 	mu     sync.Mutex
 	closed bool
-	leases map[int64]*lease // by TTL in seconds
+	leases map[int64]*lease    // by TTL in seconds: the ones new acquisitions use
+	full   map[*lease]struct{} // leases out of use for new acquisitions, with locks still on them
 }
 
 func newDriver(cli *clientv3.Client, owned bool, ns string, minTTL time.Duration, log *slog.Logger) *driver {
-	d := &driver{cli: cli, kv: directKV(cli), owned: owned, ns: ns, minTTL: minTTL, log: log, leases: map[int64]*lease{}}
+	d := &driver{cli: cli, kv: directKV(cli), owned: owned, ns: ns, minTTL: minTTL, log: log, leases: map[int64]*lease{}, full: map[*lease]struct{}{}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	return d
 }
@@ -127,7 +128,10 @@ func (d *driver) Close() error {
 	for _, l := range d.leases {
 		live = append(live, l)
 	}
-	d.leases = nil
+	for l := range d.full {
+		live = append(live, l)
+	}
+	d.leases, d.full = nil, nil
 	d.mu.Unlock()
 	d.cancel()
 	d.wg.Wait()
@@ -200,11 +204,14 @@ func wrap(ctx context.Context, err error) error {
 }
 
 // abandon handles an acquire request that failed without a clear answer:
-// it may have been applied though its reply was lost. Our queue entry's
-// name is reserved for this acquisition, so deleting it if it is on our
-// lease removes exactly what that request may have created. If the cleanup
-// fails too, the lease loop keeps retrying it; the entry never outlives
-// the lease.
+// it may have been applied though its reply was lost, or it may yet be
+// applied. Our queue entry's name is reserved for this acquisition, so
+// deleting it if it is on our lease removes exactly what that request
+// may have created. A cleanup that finds nothing proves nothing: etcd
+// serves the put and the cleanup concurrently, and may apply the put
+// after the cleanup looked. The name then stays reserved and the lease's
+// sweeper keeps looking for the entry, as it does when the cleanup fails;
+// the entry never outlives the lease.
 func (d *driver) abandon(ctx context.Context, l *lease, key string, rev int64, err error) error {
 	defer d.unref(l)
 	if definite(err) {
@@ -213,12 +220,17 @@ func (d *driver) abandon(ctx context.Context, l *lease, key string, rev int64, e
 	}
 	cctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
 	defer cancel()
-	if _, cerr := d.cli.Txn(cctx).If(l.ours(key, rev)).Then(clientv3.OpDelete(key)).Commit(); cerr != nil {
+	resp, cerr := d.cli.Txn(cctx).If(l.ours(key, rev)).Then(clientv3.OpDelete(key)).Commit()
+	switch {
+	case cerr != nil:
 		l.addOrphan(key, rev, l)
 		return fmt.Errorf("%w (the cleanup of a queue entry this request may have created failed and is being retried; the entry lives at most until its %v lease lapses: %v)",
 			wrap(ctx, err), l.ttl, cerr)
+	case rev == 0 && !resp.Succeeded:
+		l.addOrphan(key, 0, l) // the put's fate is unknown
+	default:
+		l.free(key) // deleted, or known gone
 	}
-	l.free(key)
 	return wrap(ctx, err)
 }
 
@@ -500,8 +512,11 @@ func (d *driver) giveUp(ctx context.Context, l *lease, key string, rev int64, er
 	return wrap(ctx, err)
 }
 
-// hookFn, set only by tests, observes waiters: "watch" (waiter key,
-// watched key) and "check" (waiter key).
+// hookFn, set only by tests, observes waiters, "watch" (waiter key,
+// watched key) and "check" (waiter key); puts of queue entries, "put"
+// (entry key), before they are sent; and keepalives, "keepalive" (lease id
+// in hex), before they are sent, from a goroutine of their own, which a
+// test may block without holding up the lease's lapse.
 var hookFn atomic.Pointer[func(event, key, other string)]
 
 func hook(event, key, other string) {
@@ -608,18 +623,25 @@ func (h *held) Expire() {
 	}
 	defer d.wg.Done()
 	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+	if len(ls) == 1 {
+		// Its validity may have run out with its lease's: once the lease
+		// is given up, the entry goes with it and the delete is moot.
+		var stop context.CancelFunc
+		ctx, stop = ls[0].bound(ctx)
+		defer stop()
+	}
 	_, err := h.deleteEntry(ctx)
 	cancel()
 	if err != nil {
 		for _, l := range ls {
-			l.addOrphan(h.key, h.rev, h.origin)
+			l.addOrphan(h.key, h.rev, h.origin) // nothing to do on a dead lease
 		}
 	} else {
 		h.origin.free(h.key)
 	}
 	h.drop(ls)
 	if h.onLost != nil {
-		h.onLost(fmt.Errorf("%w: its TTL ran out without a refresh", backend.ErrNotHeld))
+		h.onLost(fmt.Errorf("%w: its validity ran out without a refresh", backend.ErrNotHeld))
 	}
 }
 
@@ -735,20 +757,42 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 	if done {
 		return 0, backend.ErrNotHeld
 	}
-	// The entry stays while the lease does; the lock's own end (its
-	// validity, then Expire) is package locker's, which reports the
-	// smaller of the two.
-	rem := l.ttl
+	// The entry stays while the lease does: until its confirmed validity,
+	// at most its TTL from now. The lock's own end (its validity, then
+	// Expire) is package locker's, which reports the smaller of the two.
 	l.mu.Lock()
-	if l.degraded {
-		// Keepalives are failing: the lease may end before the lock's TTL.
-		rem = min(rem, time.Until(l.validUntil))
-	}
+	rem := min(l.ttl, time.Until(l.validUntil))
 	l.mu.Unlock()
 	return max(rem, 0), nil
 }
 
+var _ backend.Bounded = (*held)(nil)
+
+// ValidUntil implements backend.Bounded: the lock lives on the server no
+// longer than the lease it is on, so its validity never runs past that
+// lease's confirmed validity (the sending of the last keepalive the server
+// confirmed, or of the grant, plus the TTL it granted, less the drift
+// allowance); the earliest of those of every lease the entry may be on.
+// A Refresh with the same TTL renews no lease: the validity it gives is
+// capped here by the lease loop's last keepalive.
+func (h *held) ValidUntil() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	until := h.lease.confirmed()
+	for _, o := range h.others {
+		if u := o.confirmed(); u.Before(until) {
+			until = u
+		}
+	}
+	return until
+}
+
 func (h *held) Release(ctx context.Context) error {
+	if h.leasesGone() {
+		// Lost with its lease, which was given up: the entry goes with it.
+		h.gone()
+		return backend.ErrNotHeld
+	}
 	resp, err := h.deleteEntry(ctx)
 	if err != nil {
 		// The delete may have been applied; a retry compares again, so it
@@ -760,6 +804,22 @@ func (h *held) Release(ctx context.Context) error {
 		return backend.ErrNotHeld
 	}
 	return nil
+}
+
+// leasesGone reports whether h is no longer held and every lease its
+// entry may be on has been given up (lapsed, revoked, or found expired).
+func (h *held) leasesGone() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.done || !h.lease.isDead() {
+		return false
+	}
+	for _, o := range h.others {
+		if !o.isDead() {
+			return false
+		}
+	}
+	return true
 }
 
 // gone records that the server has no entry with our create revision any

@@ -674,7 +674,7 @@ func TestLostWhenLeaseRevoked(t *testing.T) {
 	select {
 	case <-lk.Lost():
 	case <-time.After(ttl / 2):
-		t.Fatalf("Lost still open %v after the lease was revoked (keepalives run every %v)", time.Since(revoked), ttl/3)
+		t.Fatalf("Lost still open %v after the lease was revoked (keepalives run every %v)", time.Since(revoked), etcd.KeepAliveInterval(ttl))
 	}
 	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
 		t.Fatalf("Release after the lease was revoked = %v, want ErrNotHeld", err)

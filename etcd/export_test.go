@@ -7,7 +7,8 @@ import "time"
 func QueuePrefix(ns, key string) string { return ns + "/" + encodeKey(key) + "/" }
 
 // SetHook makes f observe waiters ("watch": waiter entry, watched entry;
-// "check": waiter entry) until restore is called.
+// "check": waiter entry), puts of queue entries ("put": entry) and lease
+// keepalives ("keepalive": lease id in hex) until restore is called.
 func SetHook(f func(event, key, other string)) (restore func()) {
 	hookFn.Store(&f)
 	return func() { hookFn.Store(nil) }
@@ -19,3 +20,7 @@ func SetIdleLinger(d time.Duration) (restore func()) {
 	idleLinger = d
 	return func() { idleLinger = old }
 }
+
+// KeepAliveInterval is how long after the sending of a lease's last
+// answered keepalive the next one is sent, for a lease of ttl.
+func KeepAliveInterval(ttl time.Duration) time.Duration { return ttl / keepAlivesPerTTL }

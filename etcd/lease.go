@@ -16,9 +16,10 @@ import (
 // the same TTL in whole seconds, so that acquiring costs no LeaseGrant
 // round trip once the first lock with that TTL has been taken. One
 // goroutine per lease keeps it alive and tracks, on the local monotonic
-// clock, until when the server certainly still has it; when that moment
-// passes without a successful keepalive, or the server says the lease is
-// gone, every lock on it is reported lost.
+// clock, until when the server certainly still has it (its confirmed
+// validity); when that moment passes without a successful keepalive, or
+// the server says the lease is gone, every lock on it is reported lost. A
+// second goroutine, only while there are orphans, deletes them.
 //
 // A lease nobody has used for idleLinger is revoked.
 type lease struct {
@@ -40,20 +41,32 @@ type lease struct {
 	refs      int // acquisitions in flight and locks held on this lease
 	idleSince time.Time
 	retired   bool
+	full      bool // too many orphans: new acquisitions take a new lease (see addOrphan)
 
-	mu         sync.Mutex
-	validUntil time.Time // the server keeps the lease at least until then
-	degraded   bool      // the last keepalive attempt failed
+	mu sync.Mutex
+	// validUntil: the server keeps the lease at least until then, the
+	// sending of the last keepalive it confirmed (or of the grant) plus the
+	// TTL it granted.
+	validUntil time.Time
 	held       map[*held]struct{}
-	orphans    map[string]orphan // entries to delete, by etcd key
-	names      map[string]bool   // entry names made with this lease and not known to be deleted
-	wake       chan struct{}
+	orphans    map[string]*orphan // entries to delete, by etcd key
+	sweeping   bool               // a sweeper goroutine runs for the orphans
+	names      map[string]bool    // entry names made with this lease and not known to be deleted
+	wake       chan struct{}      // tells the sweeper of a new orphan
 }
 
-// An orphan is a queue entry a cleanup failed to delete.
+// An orphan is a queue entry a cleanup failed to delete, or the name of
+// one that a put whose reply was lost may still create: the server may
+// apply such a put after the cleanup looked (the put and the cleanup are
+// separate requests, served concurrently), and the entry would then stay
+// on a lease that is kept alive for the other locks. Its name stays
+// reserved, and the sweeper looks again, until the entry's fate is known:
+// deleted by us, or gone with the lease.
 type orphan struct {
 	rev    int64  // its create revision; 0 if unknown (the reply that had it was lost)
 	origin *lease // the lease whose name it bears
+	next   time.Time
+	every  time.Duration // the wait after a look that found nothing (rev 0)
 }
 
 // idleLinger is how long a lease no lock or waiter uses is kept alive
@@ -62,12 +75,31 @@ var idleLinger = time.Minute
 
 // Timings of leases.
 const (
-	// orphanRetry is how often the deletion of a key left behind by a
-	// failed cleanup is retried.
+	// orphanRetry is how soon an orphan is looked at after it is
+	// recorded, and how often a failed deletion is retried. An entry whose
+	// put's fate is unknown is looked for again at growing intervals, up
+	// to a third of the lease's TTL.
 	orphanRetry = time.Second
 	// cleanupTimeout bounds each cleanup request (a delete after an
-	// acquire whose reply was lost, a revoke).
+	// acquire whose reply was lost, a sweep of orphans, a revoke).
 	cleanupTimeout = 2 * time.Second
+	// maxOrphans is how many orphans one sweep looks at (one transaction),
+	// and how many a lease gathers before new acquisitions move on to a
+	// new lease (see addOrphan).
+	maxOrphans = 64
+	// keepAlivesPerTTL: a lease is kept alive this many times per TTL. A
+	// lock's validity ends at its lease's confirmed validity at the
+	// latest, which is the TTL after the last answered keepalive: so a
+	// lock refreshed, or acquired, just before a keepalive is due is valid
+	// for the TTL less this share of it. A sixth leaves a refresh that the
+	// watchdog sends a third of the TTL after the last one half the TTL to
+	// complete in, instead of the two thirds it would have if the lease
+	// did not bound the lock, and makes an unrefreshed lock live at least
+	// five sixths of its TTL.
+	keepAlivesPerTTL = 6
+	// Keepalive retries back off from minBackoff to maxBackoff.
+	minBackoff = 20 * time.Millisecond
+	maxBackoff = time.Second
 )
 
 // drift is the allowance for clock-rate differences between this process
@@ -94,7 +126,7 @@ func (d *driver) getLease(ctx context.Context, secs int64) (*lease, error) {
 		if l == nil {
 			l = &lease{
 				d: d, secs: secs, ready: make(chan struct{}),
-				held: map[*held]struct{}{}, orphans: map[string]orphan{}, names: map[string]bool{}, wake: make(chan struct{}, 1),
+				held: map[*held]struct{}{}, orphans: map[string]*orphan{}, names: map[string]bool{}, wake: make(chan struct{}, 1),
 			}
 			l.life, l.end = context.WithCancelCause(context.Background())
 			d.leases[secs] = l
@@ -184,18 +216,36 @@ func (d *driver) unref(l *lease) {
 	d.mu.Unlock()
 }
 
-// retireIfIdle takes l out of use if nothing has used it for idleLinger.
+// retireIfIdle takes l out of use if nothing has used it for idleLinger,
+// or at all once it is full.
 func (d *driver) retireIfIdle(l *lease) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if l.refs > 0 || l.retired || time.Since(l.idleSince) < idleLinger {
+	if l.refs > 0 || l.retired || (!l.full && time.Since(l.idleSince) < idleLinger) {
 		return false
 	}
 	l.retired = true
 	if d.leases[l.secs] == l {
 		delete(d.leases, l.secs)
 	}
+	delete(d.full, l)
 	return true
+}
+
+// fill takes l out of use for new acquisitions, which get a new lease:
+// l has gathered maxOrphans orphans. The locks on l stay on it; it is
+// revoked once none is left, which settles every orphan.
+func (d *driver) fill(l *lease) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l.full || l.retired || d.closed {
+		return
+	}
+	l.full = true
+	if d.leases[l.secs] == l {
+		delete(d.leases, l.secs)
+	}
+	d.full[l] = struct{}{}
 }
 
 func (l *lease) isDead() bool { return l.life.Err() != nil }
@@ -285,19 +335,40 @@ func (l *lease) free(name string) {
 	l.mu.Unlock()
 }
 
-// addOrphan records an entry on l that a cleanup failed to delete. The
-// lease loop retries the deletion; if the lease ends first, the entry goes
-// with it. Its name stays reserved meanwhile.
+// addOrphan records an entry on l that a cleanup failed to delete, or
+// whose put's fate is unknown (rev 0), and makes sure a sweeper looks at
+// it. If the lease ends first, the entry goes with it. Its name stays
+// reserved meanwhile.
+//
+// An entry whose put's fate is unknown is looked for as long as the lease
+// lives, since etcd cannot tell whether a request will yet be applied.
+// A lease that has gathered maxOrphans is taken out of use for new
+// acquisitions, so that it ends once its locks are released and the
+// orphans it must look after stay few.
 func (l *lease) addOrphan(key string, rev int64, origin *lease) {
 	l.mu.Lock()
-	if !l.isDead() {
-		l.orphans[key] = orphan{rev: rev, origin: origin}
+	if l.isDead() {
+		l.mu.Unlock()
+		return
 	}
+	l.orphans[key] = &orphan{rev: rev, origin: origin, next: time.Now().Add(orphanRetry), every: orphanRetry}
+	n, start := len(l.orphans), !l.sweeping
+	l.sweeping = true
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if n >= maxOrphans {
+		l.d.fill(l)
 	}
+	if !start {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if !l.d.track() {
+		return // closing: the lease is revoked
+	}
+	go l.sweep()
 }
 
 // die gives the lease up and reports every lock on it lost.
@@ -319,126 +390,214 @@ func (l *lease) die(cause error) {
 	if l.d.leases[l.secs] == l {
 		delete(l.d.leases, l.secs)
 	}
+	delete(l.d.full, l)
 	l.d.mu.Unlock()
 	for h := range hs {
 		h.lost(l, fmt.Errorf("lease %x: %w", int64(l.id), cause))
 	}
 }
 
-// loop keeps l alive at a third of its TTL, retries orphan deletions, and
-// revokes l once it has been idle for idleLinger.
-func (l *lease) loop(start time.Time) {
-	defer l.d.wg.Done()
-	next := start.Add(l.ttl / 3)
-	timer := time.NewTimer(time.Until(next))
-	defer timer.Stop()
-	for {
-		select {
-		case <-l.d.ctx.Done():
-			return // Close revokes the lease
-		case <-timer.C:
-		case <-l.wake:
-		}
-		if l.d.retireIfIdle(l) {
-			l.die(errLeaseClosed)
-			l.revoke(l.d.ctx)
-			return
-		}
-		pending := l.deleteOrphans()
-		if !time.Now().Before(next) {
-			sent, ok := l.keepAlive()
-			if !ok {
-				if l.d.ctx.Err() == nil {
-					// The server may still have the lease (we could not
-					// reach it): revoke it, so that the keys on it do not
-					// outlive its TTL should the keepalives resume.
-					l.revoke(l.d.ctx)
-				}
-				return
-			}
-			next = sent.Add(l.ttl / 3)
-		}
-		wait := time.Until(next)
-		if pending && wait > orphanRetry {
-			wait = orphanRetry
-		}
-		timer.Reset(wait)
-	}
-}
-
-// keepAlive renews the lease, retrying until the moment it may have
-// lapsed. It returns when the successful request was sent, or false once
-// the lease is given up.
-func (l *lease) keepAlive() (time.Time, bool) {
-	backoff := 20 * time.Millisecond
-	for {
-		l.mu.Lock()
-		deadline := l.validUntil.Add(-drift(l.ttl))
-		l.mu.Unlock()
-		if !time.Now().Before(deadline) {
-			l.die(errLeaseLapsed)
-			return time.Time{}, false
-		}
-		ctx, cancel := context.WithDeadline(l.d.ctx, deadline)
-		start := time.Now()
-		resp, err := l.d.cli.KeepAliveOnce(ctx, l.id)
-		cancel()
-		switch {
-		case err == nil:
-			l.mu.Lock()
-			l.validUntil = start.Add(time.Duration(resp.TTL) * time.Second)
-			l.degraded = false
-			l.mu.Unlock()
-			return start, true
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			l.die(errLeaseExpired)
-			return time.Time{}, false
-		case l.d.ctx.Err() != nil:
-			return time.Time{}, false
-		}
-		l.mu.Lock()
-		l.degraded = true
-		l.mu.Unlock()
-		l.d.log.Warn("locker/etcd: lease keepalive failed, retrying", "lease", fmt.Sprintf("%x", int64(l.id)), "err", err)
-		t := time.NewTimer(min(backoff, max(time.Until(deadline), 0)))
-		select {
-		case <-l.d.ctx.Done():
-			t.Stop()
-			return time.Time{}, false
-		case <-t.C:
-		}
-		backoff = min(2*backoff, time.Second)
-	}
-}
-
-// deleteOrphans retries the deletion of keys left behind by failed
-// cleanups. It reports whether some remain.
-func (l *lease) deleteOrphans() bool {
-	l.mu.Lock()
-	if len(l.orphans) == 0 {
-		l.mu.Unlock()
-		return false
-	}
-	todo := make(map[string]orphan, len(l.orphans))
-	for k, v := range l.orphans {
-		todo[k] = v
-	}
-	l.mu.Unlock()
-	for key, o := range todo {
-		ctx, cancel := context.WithTimeout(l.d.ctx, cleanupTimeout)
-		_, err := l.d.cli.Txn(ctx).If(l.ours(key, o.rev)).Then(clientv3.OpDelete(key)).Commit()
-		cancel()
-		if err != nil {
-			continue
-		}
-		l.mu.Lock()
-		delete(l.orphans, key)
-		l.mu.Unlock()
-		o.origin.free(key)
-	}
+// confirmed returns l's confirmed validity less the drift allowance: the
+// moment, on the local clock, until which the server certainly keeps l.
+// The lapse verdict falls then, and no lock on l is valid past it.
+func (l *lease) confirmed() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.orphans) > 0
+	return l.validUntil.Add(-drift(l.ttl))
+}
+
+// loop keeps l alive: a keepalive a sixth of the TTL (keepAlivesPerTTL)
+// after the last one the server confirmed was sent, retried with a backoff while they fail.
+// The lapse has a timer of its own, at l's confirmed validity (less the
+// drift allowance): when it fires, every lock on l is reported lost,
+// whatever the keepalive in flight is doing. The loop also revokes l once
+// it has been idle for idleLinger. Orphans are the sweeper's, so that they
+// never hold up a keepalive or the lapse.
+func (l *lease) loop(start time.Time) {
+	defer l.d.wg.Done()
+	tick := time.NewTimer(time.Until(start.Add(l.ttl / keepAlivesPerTTL)))
+	lapse := time.NewTimer(time.Until(l.confirmed()))
+	defer tick.Stop()
+	defer lapse.Stop()
+	replies := make(chan keepAliveReply, 1)
+	inFlight := false
+	backoff := minBackoff
+	for {
+		select {
+		case <-l.d.ctx.Done():
+			if inFlight {
+				<-replies // ended by the same context
+			}
+			return // Close revokes the lease
+		case <-lapse.C:
+			if at := l.confirmed(); time.Now().Before(at) {
+				lapse.Reset(time.Until(at)) // renewed since the timer was set
+				continue
+			}
+			l.die(errLeaseLapsed)
+			if inFlight {
+				<-replies // its deadline was the lapse: it is ending
+			}
+			l.lapsed()
+			return
+		case r := <-replies:
+			inFlight = false
+			switch {
+			case r.err == nil:
+				backoff = minBackoff
+				tick.Reset(time.Until(r.sent.Add(l.ttl / keepAlivesPerTTL)))
+			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
+				l.die(errLeaseExpired)
+				return
+			case l.d.ctx.Err() == nil:
+				l.d.log.Warn("locker/etcd: lease keepalive failed, retrying", "lease", l.hex, "err", r.err)
+				tick.Reset(min(backoff, max(time.Until(l.confirmed()), 0)))
+				backoff = min(2*backoff, maxBackoff)
+			}
+		case <-tick.C:
+			if l.d.retireIfIdle(l) {
+				l.die(errLeaseClosed)
+				l.revoke(l.d.ctx)
+				return
+			}
+			if !time.Now().Before(l.confirmed()) {
+				continue // too late to renew: the lapse timer fires
+			}
+			inFlight = true
+			go l.keepAlive(replies)
+		}
+	}
+}
+
+// lapsed revokes l after its lapse verdict: the server may still have it
+// (we could not reach it), and its keys should not outlive its TTL should
+// the connection come back.
+func (l *lease) lapsed() {
+	if l.d.ctx.Err() == nil {
+		l.revoke(l.d.ctx)
+	}
+}
+
+type keepAliveReply struct {
+	sent time.Time // when the request was sent
+	err  error
+}
+
+// keepAlive sends one keepalive, which may take until l's lapse, and
+// reports on out. On success l's confirmed validity moves to the sending
+// plus the TTL the server granted.
+func (l *lease) keepAlive(out chan<- keepAliveReply) {
+	hook("keepalive", l.hex, "")
+	ctx, cancel := context.WithDeadline(l.d.ctx, l.confirmed())
+	sent := time.Now()
+	resp, err := l.d.cli.KeepAliveOnce(ctx, l.id)
+	cancel()
+	if err == nil {
+		l.mu.Lock()
+		if v := sent.Add(time.Duration(resp.TTL) * time.Second); v.After(l.validUntil) {
+			l.validUntil = v
+		}
+		l.mu.Unlock()
+	}
+	out <- keepAliveReply{sent: sent, err: err}
+}
+
+// sweep deletes l's orphans, looking at each when it is due, until none is
+// left, l ends or the Locker closes. One goroutine per lease with orphans.
+func (l *lease) sweep() {
+	defer l.d.wg.Done()
+	t := time.NewTimer(orphanRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.d.ctx.Done():
+			return
+		case <-l.life.Done():
+			return // the entries go with the lease
+		case <-l.wake:
+		case <-t.C:
+		}
+		wait, ok := l.sweepDue()
+		if !ok {
+			return
+		}
+		t.Reset(wait)
+	}
+}
+
+// sweepDue looks at the orphans that are due, at most maxOrphans of them,
+// in one transaction: for each, a transaction of its own that deletes the
+// entry if it is ours. It returns how long until the next orphan is due,
+// or false, with l.sweeping cleared, once there are none.
+func (l *lease) sweepDue() (time.Duration, bool) {
+	now := time.Now()
+	var (
+		keys []string
+		obs  []*orphan
+		ops  []clientv3.Op
+	)
+	l.mu.Lock()
+	for key, o := range l.orphans {
+		if len(ops) < maxOrphans && !o.next.After(now) {
+			keys, obs = append(keys, key), append(obs, o)
+			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{l.ours(key, o.rev)}, []clientv3.Op{clientv3.OpDelete(key)}, nil))
+		}
+	}
+	l.mu.Unlock()
+	if len(ops) > 0 {
+		ctx, cancel := context.WithTimeout(l.d.ctx, cleanupTimeout)
+		resp, err := l.d.cli.Txn(ctx).Then(ops...).Commit()
+		cancel()
+		l.settle(keys, obs, resp, err)
+	}
+	return l.nextDue()
+}
+
+// settle records what a sweep found: an entry known deleted (or, with its
+// create revision unknown, found and deleted) is settled and its name
+// free; the others are looked at again later.
+func (l *lease) settle(keys []string, obs []*orphan, resp *clientv3.TxnResponse, err error) {
+	now := time.Now()
+	var freed []int
+	l.mu.Lock()
+	for i, o := range obs {
+		if l.orphans[keys[i]] != o {
+			continue // settled meanwhile, or l died
+		}
+		switch {
+		case err != nil:
+			o.next = now.Add(orphanRetry)
+		case o.rev > 0 || resp.Responses[i].GetResponseTxn().GetSucceeded():
+			delete(l.orphans, keys[i])
+			freed = append(freed, i)
+		default:
+			// Not there: the put may not have been applied yet.
+			o.every = min(2*o.every, max(orphanRetry, l.ttl/3))
+			o.next = now.Add(o.every)
+		}
+	}
+	l.mu.Unlock()
+	for _, i := range freed {
+		obs[i].origin.free(keys[i])
+	}
+}
+
+// nextDue returns how long until l's next orphan is due; false, with
+// l.sweeping cleared, if there is none.
+func (l *lease) nextDue() (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.orphans) == 0 {
+		l.sweeping = false
+		return 0, false
+	}
+	var next time.Time
+	for _, o := range l.orphans {
+		if next.IsZero() || o.next.Before(next) {
+			next = o.next
+		}
+	}
+	return max(time.Until(next), 0), true
 }
 
 // ours is the condition under which key is ours to delete: it has the

@@ -59,8 +59,10 @@ const (
 )
 
 // putEntry puts queue entry key, on lease, into the queue whose prefix is
-// qp, in one transaction of the given form.
+// qp, in one transaction of the given form. The hook sees it ("put") just
+// before it is sent.
 func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+	hook("put", key, "")
 	if d.kv == nil {
 		t := d.cli.Txn(ctx)
 		if form != putAlways {
