@@ -30,7 +30,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -77,31 +76,16 @@ const DefaultSlack = 500 * time.Millisecond
 // or the other clients. The backend's package must be imported.
 func URLHarness(rawURL string) Harness {
 	return Harness{NewClient: func(ctx context.Context) (Client, error) {
-		u, err := url.Parse(rawURL)
+		u, proxies, err := ProxyURL(rawURL)
 		if err != nil {
-			return Client{}, fmt.Errorf("conformance: malformed URL: %w", err)
+			return Client{}, err
 		}
-		var proxies []*Proxy
 		closeAll := func() {
 			for _, p := range proxies {
 				p.Close()
 			}
 		}
-		var addrs []string
-		for _, h := range strings.Split(u.Host, ",") {
-			if h == "" {
-				continue
-			}
-			p, err := NewProxy(h)
-			if err != nil {
-				closeAll()
-				return Client{}, err
-			}
-			proxies = append(proxies, p)
-			addrs = append(addrs, p.Addr())
-		}
-		u.Host = strings.Join(addrs, ",")
-		l, err := locker.Open(ctx, u.String())
+		l, err := locker.Open(ctx, u)
 		if err != nil {
 			closeAll()
 			return Client{}, err
