@@ -40,13 +40,15 @@ var errRequeue = errors.New("zookeeper: the queue node vanished")
 
 // hooks let tests observe the recipe; nil in production.
 type hooks struct {
-	beforeCreate func(prefix string)      // a protected create is about to be sent
-	recovered    func(path string)        // a create whose reply was lost was found again
-	watching     func(self, pred string)  // a waiter set its watch
-	listed       func(self string, n int) // a waiter listed the queue (n children)
-	pipelined    func(self string)        // the listing sent behind the create was used
-	decide       func()                   // a request's goroutine is about to say whose its outcome is
-	gaveUp       func()                   // a caller stopped waiting for its request's outcome
+	beforeCreate func(prefix string)            // a protected create is about to be sent
+	recovered    func(path string)              // a create whose reply was lost was found again
+	watching     func(self, pred string)        // a waiter set its watch
+	listed       func(self string, n int)       // a waiter listed the queue (n children)
+	pipelined    func(self string)              // the listing sent behind the create was used
+	first        func(self string)              // the first node ever in its key node took the lock unlisted
+	decide       func()                         // a request's goroutine is about to say whose its outcome is
+	gaveUp       func()                         // a caller stopped waiting for its request's outcome
+	checking     func(ttl time.Duration, n int) // a multi of n checks goes out over the session of ttl
 }
 
 var testHooks atomic.Pointer[hooks]
@@ -319,62 +321,26 @@ type listing struct {
 // have been applied: the node is then looked for by its guid before
 // another is created.
 func (d *driver) create(ctx context.Context, s *session, ep *epoch, parent, guid string) (ourNode, error) {
-	prefix := lockPrefix(parent, guid)
 	var lastErr error
+	list := true
 	for range maxAttempts {
 		if err := ctx.Err(); err != nil {
 			return ourNode{}, err // nothing sent, nothing to undo
 		}
-		var node ourNode
-		err := s.call(ctx, ep, func() error {
-			if h := testHooks.Load(); h != nil && h.beforeCreate != nil {
-				h.beforeCreate(prefix)
-			}
-			w := s.wire.watchCreate(prefix)
-			// List the queue right behind the create, once the create is
-			// on the wire: the server answers it after the create, so an
-			// uncontended acquisition waits for one round trip, not two.
-			stop, lc := make(chan struct{}), make(chan listing, 1)
-			go func() {
-				select {
-				case <-w.sent:
-					c, _, err := s.conn.Children(parent)
-					lc <- listing{children: c, err: err, sent: true}
-				case <-stop:
-					lc <- listing{}
-				}
-			}()
-			node.sent = time.Now()
-			p, err := s.conn.Create(prefix, nil, zk.FlagEphemeralSequential, d.acl)
-			close(stop)
-			node.czxid, node.owner, node.known = s.wire.done(w)
-			node.path = p
-			if l := <-lc; l.sent && l.err == nil && err == nil {
-				node.children, node.listed = l.children, true
-			}
-			return err
-		}, func(err error) {
-			// The caller gave up first; undo whatever the create did: at
-			// once if the delete goes through (a cancelled caller waits for
-			// that in s.call), else in the background.
-			switch {
-			case err == nil:
-				if derr := s.conn.Delete(node.path, -1); derr != nil && !errors.Is(derr, zk.ErrNoNode) {
-					s.cleanup(node.path)
-				}
-			case errors.Is(err, zk.ErrConnectionClosed):
-				s.cleanupGUID(parent, guid)
-			}
-		})
+		node, err := d.sendCreate(ctx, s, ep, parent, guid, list)
 		switch {
 		case err == nil:
 			return node, nil
 		case errors.Is(err, zk.ErrNoNode):
 			// The key node does not exist, or was collected as an empty
-			// container just now.
-			if err := d.ensureParent(ctx, s, ep, parent); err != nil {
-				return ourNode{}, err
+			// container just now. A key node we make has no child yet:
+			// our node will most likely be its first, which holds the
+			// lock without a listing (see await).
+			made, perr := d.ensureParent(ctx, s, ep, parent)
+			if perr != nil {
+				return ourNode{}, perr
 			}
+			list = !made
 		case errors.Is(err, zk.ErrConnectionClosed):
 			found, ferr := d.find(ctx, s, ep, parent, guid)
 			if ferr != nil {
@@ -397,6 +363,69 @@ func (d *driver) create(ctx context.Context, s *session, ep *epoch, parent, guid
 	// A create whose reply was lost may still show up.
 	s.cleanupGUID(parent, guid)
 	return ourNode{}, lastErr
+}
+
+// sendCreate sends the protected create of our node under parent and, if
+// list, the listing of the queue right behind it, once the create is on
+// the wire: the server answers the listing after the create, so an
+// uncontended acquisition waits for one round trip, not two.
+func (d *driver) sendCreate(ctx context.Context, s *session, ep *epoch, parent, guid string, list bool) (ourNode, error) {
+	prefix := lockPrefix(parent, guid)
+	var node ourNode
+	err := s.call(ctx, ep, func() error {
+		if h := testHooks.Load(); h != nil && h.beforeCreate != nil {
+			h.beforeCreate(prefix)
+		}
+		w := s.wire.watchCreate(prefix)
+		stop := make(chan struct{})
+		var lc <-chan listing
+		if list {
+			lc = listBehind(s, parent, w, stop)
+		}
+		node.sent = time.Now()
+		p, err := s.conn.Create(prefix, nil, zk.FlagEphemeralSequential, d.acl)
+		close(stop)
+		node.czxid, node.owner, node.known = s.wire.done(w)
+		node.path = p
+		if lc != nil {
+			if l := <-lc; l.sent && l.err == nil && err == nil {
+				node.children, node.listed = l.children, true
+			}
+		}
+		return err
+	}, func(err error) {
+		// The caller gave up first; undo whatever the create did: at
+		// once if the delete goes through (a cancelled caller waits for
+		// that in s.call), else in the background.
+		switch {
+		case err == nil:
+			if derr := s.conn.Delete(node.path, -1); derr != nil && !errors.Is(derr, zk.ErrNoNode) {
+				s.cleanup(node.path)
+			}
+		case errors.Is(err, zk.ErrConnectionClosed):
+			s.cleanupGUID(parent, guid)
+		}
+	})
+	if err != nil {
+		return ourNode{}, err // node is not ours to read if the caller gave up
+	}
+	return node, nil
+}
+
+// listBehind lists the children of parent once the create that w follows
+// is on the wire, or reports nothing sent if stop closes first.
+func listBehind(s *session, parent string, w *created, stop <-chan struct{}) <-chan listing {
+	lc := make(chan listing, 1)
+	go func() {
+		select {
+		case <-w.sent:
+			c, _, err := s.conn.Children(parent)
+			lc <- listing{children: c, err: err, sent: true}
+		case <-stop:
+			lc <- listing{}
+		}
+	}()
+	return lc
 }
 
 // find returns the path of the child of parent whose name carries guid, or "".
@@ -423,31 +452,32 @@ func (d *driver) find(ctx context.Context, s *session, ep *epoch, parent, guid s
 
 // ensureParent creates the key node and any missing node above it, as
 // containers: the server deletes a container once its last child is gone,
-// so keys that are no longer used do not accumulate.
-func (d *driver) ensureParent(ctx context.Context, s *session, ep *epoch, parent string) error {
-	mk := func(p string) error {
+// so keys that are no longer used do not accumulate. made says that this
+// call created the key node.
+func (d *driver) ensureParent(ctx context.Context, s *session, ep *epoch, parent string) (made bool, err error) {
+	mk := func(p string) (bool, error) {
 		err := s.call(ctx, ep, func() error {
 			_, err := s.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl)
 			return err
 		}, nil)
 		if errors.Is(err, zk.ErrNodeExists) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return fmt.Errorf("create %s: %w", p, err)
+			return false, fmt.Errorf("create %s: %w", p, err)
 		}
-		return nil
+		return true, nil
 	}
-	err := mk(parent)
+	made, err = mk(parent)
 	if !errors.Is(err, zk.ErrNoNode) {
-		return err
+		return made, err
 	}
 	for _, p := range ancestors(parent) {
-		if err := mk(p); err != nil {
-			return err
+		if made, err = mk(p); err != nil {
+			return false, err
 		}
 	}
-	return nil
+	return made, nil
 }
 
 // await lists the queue until our node is the lowest (the lock is ours),
@@ -455,31 +485,18 @@ func (d *driver) ensureParent(ctx context.Context, s *session, ep *epoch, parent
 // only the next waiter, never all of them. Without wait it returns a Busy
 // at once if another node is ahead.
 func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string, node ourNode, guid string, req backend.Request, wait bool) (backend.Acquisition, error) {
-	path := node.path
-	self := path[len(parent)+1:]
+	self := node.path[len(parent)+1:]
+	if n, ok := parseLockNode(self); ok && n.seq == 0 && node.known {
+		// The first node ever created in its key node: sequence numbers
+		// count every child created or deleted there before, so none
+		// is ahead of it. The lock is ours from the create.
+		if h := testHooks.Load(); h != nil && h.first != nil {
+			h.first(node.path)
+		}
+		return d.grant(s, ep, node, req, node.sent)
+	}
 	for {
-		start := time.Now()
-		var children []string
-		var stat *zk.Stat
-		known := node.known
-		pipelined := node.listed && known
-		var err error
-		if pipelined {
-			// Listed behind the create: the lock's time runs from before
-			// the create was sent.
-			start, children, node.listed = node.sent, node.children, false
-			if h := testHooks.Load(); h != nil && h.pipelined != nil {
-				h.pipelined(path)
-			}
-		} else {
-			err = s.call(ctx, ep, d.list(s, parent, path, known, &children, &stat), nil)
-		}
-		if err == nil && !known {
-			node.czxid, node.owner, node.known = stat.Czxid, stat.EphemeralOwner, true
-		}
-		if errors.Is(err, zk.ErrNoNode) {
-			err = errRequeue // the key node went, and our node with it
-		}
+		children, start, pipelined, err := d.listQueue(ctx, s, ep, parent, &node)
 		if err = d.settle(ctx, ep, err); errors.Is(err, errAgain) {
 			continue
 		}
@@ -487,60 +504,100 @@ func (d *driver) await(ctx context.Context, s *session, ep *epoch, parent string
 			return backend.Acquisition{}, err
 		}
 		if h := testHooks.Load(); h != nil && h.listed != nil {
-			h.listed(path, len(children))
+			h.listed(node.path, len(children))
 		}
 		q := order(children, self, guid)
 		for _, o := range q.orphans {
 			s.cleanup(parent + "/" + o)
 		}
-		if !q.self {
-			if pipelined {
-				continue // not in a listing that should have it: list again to be sure
-			}
+		switch {
+		case !q.self && pipelined:
+			continue // not in a listing that should have it: list again to be sure
+		case !q.self:
 			return backend.Acquisition{}, errRequeue
-		}
-		if q.lowest {
-			h := &held{d: d, s: s, ep: ep, path: path, owner: node.owner, ttl: s.timeout, onLost: req.OnLost, op: make(chan struct{}, 1)}
-			if !s.register(h, ep) {
-				return backend.Acquisition{}, ep.err()
-			}
-			return backend.Acquisition{Held: h, Fence: uint64(node.czxid), Fenced: true, TTL: s.timeout, Start: start}, nil
-		}
-		if !wait {
+		case q.lowest:
+			return d.grant(s, ep, node, req, start)
+		case !wait:
 			return backend.Acquisition{}, &backend.Busy{}
 		}
-		pred := parent + "/" + q.pred
-		var watch <-chan zk.Event
-		err = s.call(ctx, ep, func() error {
-			// A data watch, not an exists watch: on a node that is already
-			// gone it fails without leaving a watch behind.
-			_, _, ch, err := s.conn.GetW(pred)
-			watch = ch
-			return err
-		}, nil)
-		if errors.Is(err, zk.ErrNoNode) {
-			continue // gone already: look again
-		}
-		if err = d.settle(ctx, ep, err); errors.Is(err, errAgain) {
-			continue
-		}
-		if err != nil {
+		if err := d.watchPred(ctx, s, ep, node.path, parent+"/"+q.pred); !errors.Is(err, errAgain) {
 			return backend.Acquisition{}, err
 		}
-		if h := testHooks.Load(); h != nil && h.watching != nil {
-			h.watching(path, pred)
+	}
+}
+
+// listQueue lists the queue under parent: the listing sent behind the
+// create (pipelined), once, if there is one; otherwise a listing sent now,
+// which also reads our node where the create's reply was not seen. start
+// is no later than the sending of the requests the listing follows.
+func (d *driver) listQueue(ctx context.Context, s *session, ep *epoch, parent string, node *ourNode) (children []string, start time.Time, pipelined bool, err error) {
+	if node.listed && node.known {
+		// Listed behind the create: the lock's time runs from before
+		// the create was sent.
+		node.listed = false
+		if h := testHooks.Load(); h != nil && h.pipelined != nil {
+			h.pipelined(node.path)
 		}
-		select {
-		case <-watch:
-			// Deleted (a release, an expiry, a waiter that gave up) or the
-			// watch ended with the connection: look again either way.
-		case <-ctx.Done():
-			return backend.Acquisition{}, ctx.Err()
-		case <-ep.gone:
-			return backend.Acquisition{}, ep.err()
-		case <-d.done:
-			return backend.Acquisition{}, backend.ErrClosed
-		}
+		return node.children, node.sent, true, nil
+	}
+	start = time.Now()
+	var c []string
+	var stat *zk.Stat
+	err = s.call(ctx, ep, d.list(s, parent, node.path, node.known, &c, &stat), nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, start, false, errRequeue // the key node went, and our node with it
+	}
+	if err != nil {
+		return nil, start, false, err // c and stat are not ours to read if the caller gave up
+	}
+	if !node.known {
+		node.czxid, node.owner, node.known = stat.Czxid, stat.EphemeralOwner, true
+	}
+	return c, start, false, nil
+}
+
+// grant makes the lock of our node, which is the lowest in its queue.
+func (d *driver) grant(s *session, ep *epoch, node ourNode, req backend.Request, start time.Time) (backend.Acquisition, error) {
+	h := &held{d: d, s: s, ep: ep, path: node.path, owner: node.owner, ttl: s.timeout, onLost: req.OnLost, op: make(chan struct{}, 1)}
+	if !s.register(h, ep) {
+		return backend.Acquisition{}, ep.err()
+	}
+	return backend.Acquisition{Held: h, Fence: uint64(node.czxid), Fenced: true, TTL: s.timeout, Start: start}, nil
+}
+
+// watchPred watches pred, the node just before ours at path, and waits
+// until it goes. It returns errAgain when the queue is to be listed again
+// (pred went, or the watch ended with the connection), or why to stop
+// waiting.
+func (d *driver) watchPred(ctx context.Context, s *session, ep *epoch, path, pred string) error {
+	var watch <-chan zk.Event
+	err := s.call(ctx, ep, func() error {
+		// A data watch, not an exists watch: on a node that is already
+		// gone it fails without leaving a watch behind.
+		_, _, ch, err := s.conn.GetW(pred)
+		watch = ch
+		return err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return errAgain // gone already: look again
+	}
+	if err = d.settle(ctx, ep, err); err != nil {
+		return err
+	}
+	if h := testHooks.Load(); h != nil && h.watching != nil {
+		h.watching(path, pred)
+	}
+	select {
+	case <-watch:
+		// Deleted (a release, an expiry, a waiter that gave up) or the
+		// watch ended with the connection: look again either way.
+		return errAgain
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ep.gone:
+		return ep.err()
+	case <-d.done:
+		return backend.ErrClosed
 	}
 }
 

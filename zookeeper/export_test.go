@@ -18,11 +18,12 @@ type Hooks struct {
 	Watching     func(self, pred string)  // a waiter set its watch on pred
 	Listed       func(self string, n int) // a waiter listed the queue
 	Pipelined    func(self string)        // the listing sent behind the create was used
+	First        func(self string)        // the first node ever in its key node took the lock unlisted
 }
 
 // SetHooks installs h for the rest of the test.
 func SetHooks(t testing.TB, h Hooks) {
-	testHooks.Store(&hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined})
+	testHooks.Store(&hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined, first: h.First})
 	t.Cleanup(func() { testHooks.Store(nil) })
 }
 

@@ -62,6 +62,12 @@ type session struct {
 	helds     map[*held]*epoch // held locks, and the epoch each belongs to
 	done      chan struct{}    // closed by close
 	retired   error            // why the session takes no new locks; nil while it does
+
+	// Deletions of nodes left behind, run by at most maxCleaners
+	// goroutines (retry).
+	cmu      sync.Mutex
+	cleanQ   []cleanup
+	cleaners int
 }
 
 // epoch is a span of one server-side session with the timeout its locks
@@ -415,36 +421,99 @@ func (s *session) cleanupGUID(parent, guid string) {
 	}, "delete the nodes of "+guid+" under "+parent)
 }
 
+// A cleanup is a deletion retried until done: op makes one attempt and
+// says whether nothing is left to do.
+type cleanup struct {
+	op   func() (bool, error)
+	what string
+}
+
+// maxCleaners bounds the goroutines deleting a session's leftover nodes,
+// however many locks end at once (an expiry, a session presumed lost).
+const maxCleaners = 4
+
+// retry queues a cleanup, and starts a cleaner if fewer than maxCleaners
+// run.
 func (s *session) retry(op func() (bool, error), what string) {
-	d := s.d
-	if !d.goBackground() {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if s.cleaners == maxCleaners {
+		s.cleanQ = append(s.cleanQ, cleanup{op, what})
 		return
 	}
-	go func() {
-		defer d.wg.Done()
-		backoff := 20 * time.Millisecond
-		for {
-			ok, err := op()
-			if ok {
-				return
-			}
-			if errors.Is(err, zk.ErrNoAuth) {
-				d.log.Warn("locker/zookeeper: cleanup not permitted; the node stays until its session ends", "op", what, "err", err)
-				return
-			}
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-s.done:
-				t.Stop()
-				return
-			case <-d.done:
-				t.Stop()
-				return
-			}
-			backoff = min(2*backoff, time.Second)
+	if !s.d.goBackground() {
+		return
+	}
+	s.cleanQ = append(s.cleanQ, cleanup{op, what})
+	s.cleaners++
+	go s.cleaner()
+}
+
+// next takes the first queued cleanup; false when there is none left, and
+// the cleaner is to stop.
+func (s *session) next() (cleanup, bool) {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if len(s.cleanQ) == 0 {
+		s.cleaners--
+		s.cleanQ = nil // let a large backlog's array go
+		return cleanup{}, false
+	}
+	c := s.cleanQ[0]
+	s.cleanQ[0] = cleanup{}
+	s.cleanQ = s.cleanQ[1:]
+	return c, true
+}
+
+// cleaner runs queued cleanups until none is left. One that fails goes
+// back to the end of the queue, and the cleaner pauses, longer after each
+// failure in a row (the connection is down, most likely); once the
+// session or the driver is closed, a cleanup that fails is dropped (the
+// session's end takes its nodes with it).
+func (s *session) cleaner() {
+	d := s.d
+	defer d.wg.Done()
+	const first = 20 * time.Millisecond
+	backoff := first
+	for {
+		c, ok := s.next()
+		if !ok {
+			return
 		}
-	}()
+		done, err := c.op()
+		switch {
+		case done, s.closing():
+			backoff = first
+			continue
+		case errors.Is(err, zk.ErrNoAuth):
+			d.log.Warn("locker/zookeeper: cleanup not permitted; the node stays until its session ends", "op", c.what, "err", err)
+			continue
+		}
+		s.cmu.Lock()
+		s.cleanQ = append(s.cleanQ, c)
+		s.cmu.Unlock()
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-s.done:
+			t.Stop()
+		case <-d.done:
+			t.Stop()
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// closing reports whether the session or its driver was closed.
+func (s *session) closing() bool {
+	select {
+	case <-s.done:
+		return true
+	case <-s.d.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // close ends the session. Its ephemeral nodes go with it.

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"bufio"
 	"encoding/binary"
 	"net"
 	"sync"
@@ -80,8 +81,11 @@ func (w *wire) done(c *created) (czxid, owner int64, ok bool) {
 }
 
 // conn wraps a connection of the client library so that it reports to w.
+// Its reads are buffered: the client library reads each reply in two
+// reads (its length, then its body), a system call each; a buffer takes
+// in all the replies that have arrived in one.
 func (w *wire) conn(c net.Conn) net.Conn {
-	wc := &wireConn{Conn: c, w: w}
+	wc := &wireConn{Conn: c, w: w, r: bufio.NewReaderSize(c, readBuffer)}
 	wc.in.want = func(first bool) int {
 		if first {
 			return 16 // protocolVersion, timeOut, sessionId
@@ -105,15 +109,19 @@ func (w *wire) conn(c net.Conn) net.Conn {
 // whose path is longer goes unfollowed, and its czxid is read back.
 const maxFollowedRequest = 16 << 10
 
+// readBuffer is the size of a connection's read buffer.
+const readBuffer = 32 << 10
+
 type wireConn struct {
 	net.Conn
+	r       *bufio.Reader
 	w       *wire
 	owner   atomic.Int64 // session id the server granted this connection
 	in, out frames
 }
 
 func (c *wireConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	n, err := c.r.Read(p)
 	c.in.feed(p[:n])
 	return n, err
 }

@@ -117,19 +117,26 @@ func TestNodes(t *testing.T) {
 	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	key := "orders/42"
-	var pipelined atomic.Int32
-	zookeeper.SetHooks(t, zookeeper.Hooks{Pipelined: func(string) { pipelined.Add(1) }})
+	var pipelined, first atomic.Int32
+	zookeeper.SetHooks(t, zookeeper.Hooks{
+		Pipelined: func(string) { pipelined.Add(1) },
+		First:     func(string) { first.Add(1) },
+	})
 	var last uint64
 	for i := range 3 {
-		before := pipelined.Load()
+		p0, f0 := pipelined.Load(), first.Load()
 		lk, err := l.Acquire(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The queue was listed by the request sent right behind the
-		// create, not by one sent after its reply.
-		if pipelined.Load() != before+1 {
-			t.Errorf("round %d: the acquisition did not use the listing sent behind its create", i)
+		// create, not by one sent after its reply; or, in the key node
+		// the first round made, not at all: its node is the first there.
+		// (Later rounds find the key node again, unless the server
+		// collected it in between, empty, and they make it anew.)
+		np, nf := pipelined.Load()-p0, first.Load()-f0
+		if np+nf != 1 || i == 0 && nf != 1 {
+			t.Errorf("round %d: %d listings sent behind the create used, %d first nodes; want one of either (first in round 0)", i, np, nf)
 		}
 		nodes := lockNodes(t, c, base, key)
 		if len(nodes) != 1 {
