@@ -43,5 +43,6 @@ test-short:
 # of their own, so that peer libraries stay out of the library's go.mod).
 bench:
 	. $${LOCKER_SERVICES_DIR:-/tmp/locker-services}/env && \
-		$(GO) test -run '^$$' -bench . -benchmem ./... && \
+		LOCKER_HELD_SIZES=$${LOCKER_HELD_SIZES:-10000,100000} \
+		$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./... && \
 		for m in bench/*/; do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
