@@ -78,6 +78,13 @@ type driver struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // lease loops and expiry deletions
 
+	// txnOps, once set, is how many operations the server takes in one
+	// transaction, learnt from its refusal of a batched refresh; 0 until
+	// then: maxTxnOps.
+	txnOps atomic.Int64
+	// helpers holds a token for each goroutine helping a RefreshBatch.
+	helpers chan struct{}
+
 	mu     sync.Mutex
 	closed bool
 	leases map[int64]*lease    // by TTL in seconds: the ones new acquisitions use
@@ -85,7 +92,10 @@ type driver struct {
 }
 
 func newDriver(cli *clientv3.Client, owned bool, ns string, minTTL time.Duration, log *slog.Logger) *driver {
-	d := &driver{cli: cli, kv: directKV(cli), owned: owned, ns: ns, minTTL: minTTL, log: log, leases: map[int64]*lease{}, full: map[*lease]struct{}{}}
+	d := &driver{
+		cli: cli, kv: directKV(cli), owned: owned, ns: ns, minTTL: minTTL, log: log,
+		leases: map[int64]*lease{}, full: map[*lease]struct{}{}, helpers: make(chan struct{}, maxHelpers),
+	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	return d
 }
@@ -645,35 +655,62 @@ func (h *held) Expire() {
 	}
 }
 
+// Refresh keeps the lock on its lease when the TTL stays the same in whole
+// seconds: the lease loop keeps the lease alive, so only a look that the
+// entry is still ours is needed (verify, as for a batch of one). Another
+// TTL moves the entry to that TTL's lease.
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
-	h.mu.Lock()
-	if h.done {
-		h.mu.Unlock()
-		return backend.ErrNotHeld
+	cur, secs, same, err := h.leaseFor(ttl)
+	if err != nil {
+		return err
 	}
-	cur := h.lease
-	settled := len(h.others) == 0
-	h.mu.Unlock()
-	secs := cur.secs
+	if same {
+		var errs [1]error
+		h.d.verify(ctx, []checkItem{{h: h, l: cur}}, errs[:])
+		return errs[0]
+	}
+	return h.move(ctx, secs)
+}
+
+// leaseFor returns the lease h's entry is on and the lease TTL, in
+// seconds, of a refresh with ttl (0: the current one); same says that
+// the refresh keeps the entry where it is: the TTL stays, and no earlier
+// move left the entry possibly on another lease. ErrNotHeld once h is
+// done.
+func (h *held) leaseFor(ttl time.Duration) (cur *lease, secs int64, same bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return nil, 0, false, backend.ErrNotHeld
+	}
+	cur = h.lease
+	secs = cur.secs
 	if ttl > 0 {
 		secs = leaseSeconds(ttl)
 	}
-	if secs == cur.secs && settled {
-		// Same lease: the lease loop keeps it alive; check that the entry
-		// is still ours.
-		ok, err := h.check(ctx)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			h.gone()
-			return backend.ErrNotHeld
-		}
-		return h.extend(cur, false)
+	return cur, secs, secs == cur.secs && len(h.others) == 0, nil
+}
+
+// checked applies what a linearizable read of h's entry found, for a
+// refresh that keeps it on lease l.
+func (h *held) checked(l *lease, found []*mvccpb.KeyValue) error {
+	switch {
+	case len(found) == 0 || found[0].CreateRevision != h.rev:
+		h.gone()
+		return backend.ErrNotHeld
+	case found[0].Lease != int64(l.id):
+		// Ours, but put on another lease (or none) by someone else: it no
+		// longer ends with ours, so our lease cannot bound it. Its name
+		// stays reserved while the entry may be there.
+		h.drop(h.finish())
+		return backend.ErrNotHeld
 	}
-	// Another TTL: move the entry to that TTL's lease. A put on an
-	// existing key keeps its create revision, so the fence and the queue
-	// position stay.
+	return h.extend(l, false)
+}
+
+// move puts the entry on the lease for secs. A put on an existing key
+// keeps its create revision, so the fence and the queue position stay.
+func (h *held) move(ctx context.Context, secs int64) error {
 	nl, err := h.d.getLease(ctx, secs)
 	if err != nil {
 		return err

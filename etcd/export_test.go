@@ -1,6 +1,14 @@
 package etcd
 
-import "time"
+import (
+	"io"
+	"log/slog"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/locker/backend"
+)
 
 // QueuePrefix is the etcd key prefix under which the queue of lock key
 // lives in namespace ns.
@@ -24,3 +32,9 @@ func SetIdleLinger(d time.Duration) (restore func()) {
 // KeepAliveInterval is how long after the sending of a lease's last
 // answered keepalive the next one is sent, for a lease of ttl.
 func KeepAliveInterval(ttl time.Duration) time.Duration { return ttl / keepAlivesPerTTL }
+
+// NewDriver returns the driver of a Locker over c with namespace ns, for
+// tests that call it directly. The caller closes it.
+func NewDriver(c *clientv3.Client, ns string) backend.Driver {
+	return newDriver(c, false, ns, time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
