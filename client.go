@@ -6,12 +6,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/distlock/locker/backend"
 )
@@ -26,16 +28,52 @@ type Config struct {
 	// options. Default: WithTTL(DefaultTTL), WithAutoRefresh(true).
 	Defaults []Option
 	// Logger receives what cannot be returned as an error, such as a
-	// background refresh that failed and will be retried. Default: no
-	// logging.
+	// background refresh that failed and will be retried. Default:
+	// slog.Default().
 	Logger *slog.Logger
+	// MeterProvider, if set, receives the Locker's metrics; TracerProvider,
+	// its spans. See Telemetry in the package documentation for what they
+	// record. Default: none, and nothing is recorded.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// TelemetryKeys adds the key to every metric point and span as the
+	// attribute locker.key. Default: false, since every distinct key makes
+	// a time series of its own.
+	TelemetryKeys bool
+}
+
+// ResolvedLogger returns c.Logger, or slog.Default() when it is nil: the
+// logger of a Locker with this Config. Backends log through it too, so
+// that one setting (or none) routes every line of the Locker and its
+// driver alike.
+func (c *Config) ResolvedLogger() *slog.Logger {
+	if c == nil || c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
 }
 
 // New returns a Locker that runs the portable logic (validation, waiting,
 // the watchdog, Lost) over a backend driver. Backend packages call it; most
 // programs use Open or a backend's own constructor instead.
+//
+// A nil d gives a Locker whose every call returns an error saying so.
 func New(d backend.Driver, cfg *Config) Locker {
-	c := &client{d: d, caps: d.Capabilities(), held: map[*lock]struct{}{}, acquiring: map[*lock]context.CancelCauseFunc{}}
+	if d == nil {
+		return failedLocker{errors.New("locker.New: nil driver")}
+	}
+	c := configure(d, cfg)
+	c.held, c.acquiring = map[*lock]struct{}{}, map[*lock]context.CancelCauseFunc{}
+	c.wd = newWatchdog(c)
+	c.tel = newTelemetry(d, &c.cfg, c.log.Warn)
+	return c
+}
+
+// configure returns a client of d with cfg, its capabilities and drift
+// rule resolved, and nothing running: what New starts from, and what
+// CheckConfig checks.
+func configure(d backend.Driver, cfg *Config) *client {
+	c := &client{d: d, caps: d.Capabilities()}
 	if cfg != nil {
 		c.cfg = *cfg
 	}
@@ -45,17 +83,13 @@ func New(d backend.Driver, cfg *Config) Locker {
 	if c.caps.MinTTL < minTTL {
 		c.caps.MinTTL = minTTL
 	}
-	c.log = c.cfg.Logger
-	if c.log == nil {
-		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.log = c.cfg.ResolvedLogger()
 	c.waiter, _ = d.(backend.Waiter)
 	c.notifier, _ = d.(backend.Notifier)
 	c.drift = defaultDrift
 	if dr, ok := d.(backend.Drifter); ok {
 		c.drift = dr.Drift
 	}
-	c.wd = newWatchdog(c)
 	return c
 }
 
@@ -83,6 +117,7 @@ type client struct {
 	notifier backend.Notifier
 	drift    func(ttl time.Duration) time.Duration // allowance subtracted from TTLs
 	wd       *watchdog
+	tel      *telemetry // nil: no telemetry providers
 
 	mu     sync.Mutex
 	closed atomic.Bool // set under mu; read without it by isClosed
@@ -100,24 +135,40 @@ type client struct {
 func (c *client) Capabilities() Capabilities { return c.caps }
 
 func (c *client) Acquire(ctx context.Context, key string, opts ...Option) (Lock, error) {
+	if c.tel != nil {
+		return c.tel.acquire(ctx, c, opAcquire, key, true, opts)
+	}
 	return c.acquire(ctx, "acquire", key, true, opts)
 }
 
 func (c *client) TryAcquire(ctx context.Context, key string, opts ...Option) (Lock, error) {
+	if c.tel != nil {
+		return c.tel.acquire(ctx, c, opTryAcquire, key, false, opts)
+	}
 	return c.acquire(ctx, "try-acquire", key, false, opts)
 }
 
 func (c *client) isClosed() bool { return c.closed.Load() }
 
-func (c *client) options(opts []Option) options {
+// options applies the Locker's defaults and then the call's options.
+func (c *client) options(opts []Option) (options, error) {
 	o := defaultOptions()
-	for _, f := range c.cfg.Defaults {
+	for i, f := range c.cfg.Defaults {
+		if f == nil {
+			return o, fmt.Errorf("Config.Defaults[%d] is a nil Option", i)
+		}
 		f(&o)
 	}
-	for _, f := range opts {
+	for i, f := range opts {
+		if f == nil {
+			return o, fmt.Errorf("option %d of the call is nil", i+1)
+		}
 		f(&o)
 	}
-	return o
+	if o.maxHoldSet && o.maxHold <= 0 {
+		return o, fmt.Errorf("WithMaxHold(%v): the maximum hold must be positive", o.maxHold)
+	}
+	return o, nil
 }
 
 func (c *client) checkKey(key string) error {
@@ -168,10 +219,16 @@ func (c *client) leaveLocked(lk *lock) {
 }
 
 func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []Option) (Lock, error) {
+	if ctx == nil {
+		return nil, opErr(op, key, errNilContext)
+	}
 	if c.isClosed() {
 		return nil, opErr(op, key, ErrClosed)
 	}
-	o := c.options(opts)
+	o, err := c.options(opts)
+	if err != nil {
+		return nil, opErr(op, key, err)
+	}
 	if err := c.checkKey(key); err != nil {
 		return nil, opErr(op, key, err)
 	}
@@ -187,6 +244,7 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		token:       newToken(),
 		ttl:         o.ttl,
 		autoRefresh: o.autoRefresh,
+		maxHold:     o.maxHold,
 		lost:        make(chan struct{}),
 		slots:       noSlots,
 	}
@@ -197,7 +255,7 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if !c.enter(lk, cancel) {
 		return nil, opErr(op, key, ErrClosed)
 	}
-	err := c.acquireLock(actx, lk, wait)
+	err = c.acquireLock(actx, lk, wait)
 	if err != nil {
 		c.mu.Lock()
 		c.leaveLocked(lk)
@@ -253,7 +311,8 @@ func (c *client) acquireLock(ctx context.Context, lk *lock, wait bool) error {
 func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acquisition, time.Time, error) {
 	var (
 		events  <-chan struct{}
-		watched bool // Watch was tried (it need not have succeeded)
+		watched bool      // Watch was tried (it need not have succeeded)
+		woken   time.Time // when a release notice woke us, if measured
 	)
 	backoff := minPoll
 	timer := time.NewTimer(time.Hour)
@@ -262,6 +321,9 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 		start := time.Now()
 		acq, err := c.d.TryAcquire(ctx, req)
 		if err == nil {
+			if !woken.IsZero() {
+				c.tel.handoff(req.Key[len(c.cfg.Prefix):], woken)
+			}
 			return acq, start, nil
 		}
 		if !errors.Is(err, ErrNotAcquired) {
@@ -304,7 +366,9 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 		case <-ctx.Done():
 			return acq, start, ctx.Err()
 		case <-events:
+			woken = c.tel.wokenAt()
 		case <-timer.C:
+			woken = time.Time{}
 		}
 	}
 }
@@ -403,8 +467,7 @@ func (c *client) waitAcquiring(idle <-chan struct{}) {
 
 // tokenRand holds ChaCha8 generators (cryptographically strong), each
 // seeded from crypto/rand. A token from one costs a fraction of a
-// crypto/rand.Read, which measured about 1 µs per acquisition when it
-// follows a round trip.
+// crypto/rand.Read, a system call on every acquisition.
 var tokenRand = sync.Pool{New: func() any {
 	var seed [32]byte
 	crand.Read(seed[:]) // crypto/rand.Read never fails (Go 1.24+)
@@ -421,3 +484,18 @@ func newToken() string {
 	base64.RawURLEncoding.Encode(s[:], b[:])
 	return string(s[:])
 }
+
+// failedLocker is what New returns when it cannot make a Locker: every
+// call returns err.
+type failedLocker struct{ err error }
+
+func (f failedLocker) Acquire(_ context.Context, key string, _ ...Option) (Lock, error) {
+	return nil, opErr("acquire", key, f.err)
+}
+
+func (f failedLocker) TryAcquire(_ context.Context, key string, _ ...Option) (Lock, error) {
+	return nil, opErr("try-acquire", key, f.err)
+}
+
+func (f failedLocker) Capabilities() Capabilities { return Capabilities{} }
+func (f failedLocker) Close() error               { return nil }

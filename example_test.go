@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
+
+	"go.opentelemetry.io/otel"
 
 	"github.com/distlock/locker"
 	_ "github.com/distlock/locker/memory" // registers memory://
@@ -72,4 +76,96 @@ func ExampleLock_Fence() {
 	// Output:
 	// <nil>
 	// stale fence 1, newest is 2
+}
+
+func ExampleLock_Lost() {
+	ctx := context.Background()
+	l, _ := locker.Open(ctx, "memory://example-lost")
+	defer l.Close()
+
+	// Without the watchdog, the lock lapses at its TTL unless refreshed.
+	lk, _ := l.Acquire(ctx, "jobs/export", locker.WithTTL(50*time.Millisecond), locker.WithAutoRefresh(false))
+	select {
+	case <-lk.Lost():
+		// Stop writing: someone else may hold the lock now.
+		fmt.Println("lost:", errors.Is(lk.Err(), locker.ErrNotHeld))
+	case <-time.After(time.Minute):
+		fmt.Println("still held")
+	}
+	// Output:
+	// lost: true
+}
+
+func ExampleLock_Refresh() {
+	ctx := context.Background()
+	l, _ := locker.Open(ctx, "memory://example-refresh")
+	defer l.Close()
+
+	lk, _ := l.Acquire(ctx, "jobs/import", locker.WithTTL(10*time.Second))
+	// A long step ahead: give the lock a longer TTL (the watchdog keeps
+	// using it from now on).
+	if err := lk.Refresh(ctx, time.Minute); err != nil {
+		fmt.Println("no longer ours:", err)
+		return
+	}
+	left, _ := lk.TTL(ctx)
+	fmt.Println(left > 50*time.Second)
+	lk.Release(ctx)
+	fmt.Println(lk.Err())
+	// Output:
+	// true
+	// lock not held: released
+}
+
+func ExampleWithMaxHold() {
+	ctx := context.Background()
+	l, _ := locker.Open(ctx, "memory://example-maxhold")
+	defer l.Close()
+
+	// However long the work hangs, the lock is kept alive for at most
+	// 200 ms (plus one TTL): then others get their turn.
+	lk, _ := l.Acquire(ctx, "reports/monthly", locker.WithTTL(100*time.Millisecond), locker.WithMaxHold(200*time.Millisecond))
+	<-lk.Lost()
+	fmt.Println(errors.Is(lk.Err(), locker.ErrMaxHold))
+	// Output:
+	// true
+}
+
+func ExampleOpen_options() {
+	ctx := context.Background()
+	// The Locker's and the backend's warnings go to the logger given.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	l, err := locker.Open(ctx, "memory://example-options?ttl=10s", locker.WithLogger(log))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+	fmt.Println(l.Capabilities().Fencing)
+	// Output:
+	// true
+}
+
+func ExampleWithMeterProvider() {
+	ctx := context.Background()
+	// The application's providers: here the global ones, which record
+	// nothing until it installs an SDK (otel.SetMeterProvider,
+	// otel.SetTracerProvider). Metrics and spans are named in the package
+	// documentation's Telemetry section.
+	l, err := locker.Open(ctx, "memory://example-telemetry",
+		locker.WithMeterProvider(otel.GetMeterProvider()),
+		locker.WithTracerProvider(otel.GetTracerProvider()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+	lk, err := l.Acquire(ctx, "reports/weekly") // counted and traced
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(lk.Release(ctx))
+	// Output:
+	// <nil>
 }

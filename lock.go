@@ -11,12 +11,8 @@ import (
 )
 
 // defaultDrift is the clock-drift allowance subtracted from a TTL to get
-// the local validity, unless the driver is a backend.Drifter: 1% of the TTL
-// plus 2 ms, as on the Redis distlock page (server expiry precision plus a
-// minimum drift between clocks).
-func defaultDrift(ttl time.Duration) time.Duration {
-	return ttl/100 + 2*time.Millisecond
-}
+// the local validity, unless the driver is a backend.Drifter.
+var defaultDrift = backend.DefaultDrift
 
 type lockState int
 
@@ -31,17 +27,12 @@ const (
 	stateGone
 )
 
-// Causes recorded when a lock stops being held.
-var (
-	errReleased = errors.New("released")
-	errExpired  = errors.New("validity ran out on the local clock without a successful refresh")
-)
-
 type lock struct {
 	c           *client
 	key         string
 	token       string
 	autoRefresh bool
+	maxHold     time.Duration // WithMaxHold; 0: none
 	lost        chan struct{}
 
 	// Set once by start, before the lock is shared.
@@ -55,17 +46,27 @@ type lock struct {
 	ttl      time.Duration
 	deadline time.Time // local validity deadline, monotonic clock
 	lostAt   time.Time // when Lost closed
+	// holdEnd is when WithMaxHold ends the automatic refreshes (zero:
+	// never); maxHeld says they have ended.
+	holdEnd time.Time
+	maxHeld bool
 
 	// One refresh at a time per lock, the watchdog's and the user's alike
 	// (see refresh). refreshing says a refresh holds the slot; a caller
 	// waiting for it makes slotFree, closed when the slot is given back.
 	refreshing bool
-	slotFree   chan struct{}
+	// refreshFailed says the last refresh failed: a loss to the validity
+	// running out then counts as refresh_failed (telemetry).
+	refreshFailed bool
+	slotFree      chan struct{}
 	// unsureTTL is the smallest TTL of a refresh whose outcome is unknown
 	// (a transport error or a cancelled call): it may still reach the
 	// server after any later refresh and cut the lock's life to that TTL
 	// from its arrival. 0: there was none.
 	unsureTTL time.Duration
+	// since is when the lock was taken, as telemetry's monotonic clock
+	// reading (see monotonic); 0 without telemetry.
+	since time.Duration
 
 	// Places in the watchdog's timetable, owned by it (under its mutex).
 	slots [2]slot
@@ -89,12 +90,36 @@ func (lk *lock) start(acq backend.Acquisition, start time.Time) {
 		validity = lk.ttl - lk.c.drift(lk.ttl)
 	}
 	lk.deadline = lk.capLocked(start.Add(validity))
+	if lk.maxHold > 0 {
+		lk.holdEnd = start.Add(lk.maxHold)
+	}
 	if lk.state == stateHeld { // the backend may have reported it lost already
 		var due time.Time
 		if lk.autoRefresh {
-			due = start.Add(lk.ttl / 3)
+			due = lk.dueLocked(start.Add(lk.ttl / 3))
 		}
 		lk.c.wd.add(lk, lk.deadline, due)
+		if t := lk.c.tel; t != nil {
+			t.started(lk, start)
+		}
+	}
+}
+
+// dueLocked returns due, or the zero time if WithMaxHold ends the
+// automatic refreshes before then; lk.mu is held.
+func (lk *lock) dueLocked(due time.Time) time.Time {
+	if !lk.holdEnd.IsZero() && due.After(lk.holdEnd) {
+		lk.maxHeld = true
+		return time.Time{}
+	}
+	return due
+}
+
+// scheduleLocked queues the next automatic refresh at due, unless
+// WithMaxHold has ended them; lk.mu is held.
+func (lk *lock) scheduleLocked(due time.Time) {
+	if due = lk.dueLocked(due); !due.IsZero() {
+		lk.c.wd.schedule(lk, due)
 	}
 }
 
@@ -116,7 +141,11 @@ func (lk *lock) expire() backend.Expirer {
 		return nil
 	}
 	// A refresh due later finds the lock no longer held and is dropped.
-	lk.setStateLocked(stateLost, errExpired)
+	cause, why := ErrExpired, endExpired
+	if lk.maxHeld {
+		cause, why = ErrMaxHold, endMaxHold
+	}
+	lk.setStateLocked(stateLost, cause, why)
 	lk.mu.Unlock()
 	e, _ := lk.held.(backend.Expirer)
 	return e
@@ -128,24 +157,30 @@ func (lk *lock) backendLost(err error) {
 	if err == nil {
 		err = errors.New("backend reported the lock gone")
 	}
-	lk.markGone(err)
+	lk.markGone(endSessionLost, err)
 }
 
-func (lk *lock) markGone(cause error) {
+// markGone records that the lock is no longer on the server; why is the
+// cause telemetry reports if it was still held.
+func (lk *lock) markGone(why endCause, cause error) {
 	lk.mu.Lock()
-	lk.setStateLocked(stateGone, cause) // out of the watchdog's timetable too
+	lk.setStateLocked(stateGone, cause, why) // out of the watchdog's timetable too
 	lk.mu.Unlock()
 	lk.c.untrack(lk)
 }
 
 // setStateLocked moves the lock to a later state, closing Lost on the way
-// out of stateHeld. States only move forward.
-func (lk *lock) setStateLocked(s lockState, cause error) {
+// out of stateHeld (why is the cause telemetry reports then). States only
+// move forward.
+func (lk *lock) setStateLocked(s lockState, cause error, why endCause) {
 	if s <= lk.state {
 		return
 	}
 	if lk.state == stateHeld {
 		lk.lostAt = time.Now()
+		if t := lk.c.tel; t != nil {
+			t.ended(lk, why) // before Lost closes, for whoever waits on it
+		}
 		close(lk.lost)
 	}
 	// The deadline stays in the watchdog's timetable while the lock may
@@ -160,7 +195,17 @@ func (lk *lock) setStateLocked(s lockState, cause error) {
 	lk.state = s
 }
 
-// notHeld returns ErrNotHeld with the reason the lock stopped being held.
+// endedLocally reports whether the lock stopped being held for a reason
+// of this process's own: released, or its validity or maximum hold ran out
+// on the local clock.
+func (lk *lock) endedLocally() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return errors.Is(lk.cause, ErrReleased) || errors.Is(lk.cause, ErrExpired) || errors.Is(lk.cause, ErrMaxHold)
+}
+
+// notHeldLocked returns ErrNotHeld with the reason the lock stopped being
+// held; lk.mu is held.
 func (lk *lock) notHeldLocked() error {
 	if lk.cause == nil || errors.Is(lk.cause, ErrNotHeld) {
 		if lk.cause != nil {
@@ -169,6 +214,15 @@ func (lk *lock) notHeldLocked() error {
 		return ErrNotHeld
 	}
 	return fmt.Errorf("%w: %w", ErrNotHeld, lk.cause)
+}
+
+func (lk *lock) Err() error {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.state == stateHeld {
+		return nil
+	}
+	return lk.notHeldLocked()
 }
 
 func (lk *lock) Key() string           { return lk.key }
@@ -192,6 +246,16 @@ func (lk *lock) Fence() (uint64, bool) {
 }
 
 func (lk *lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if t := lk.c.tel; t.tracing() && ctx != nil {
+		return t.traceRefresh(ctx, lk, ttl)
+	}
+	return lk.refresh(ctx, ttl)
+}
+
+func (lk *lock) refresh(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return opErr("refresh", lk.key, errNilContext)
+	}
 	if lk.c.isClosed() {
 		return opErr("refresh", lk.key, ErrClosed)
 	}
@@ -202,8 +266,11 @@ func (lk *lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return opErr("refresh", lk.key, err)
 	}
-	err = lk.held.Refresh(ctx, ttl)
-	return opErr("refresh", lk.key, lk.refreshed(start, ttl, err))
+	err = lk.refreshed(start, ttl, lk.held.Refresh(ctx, ttl))
+	if t := lk.c.tel; t != nil {
+		t.refreshed(ctx, lk, start, err)
+	}
+	return opErr("refresh", lk.key, err)
 }
 
 // takeSlot waits until no other refresh of lk is in flight and takes the
@@ -305,7 +372,7 @@ func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
 		lk.mu.Lock()
 		lk.freeSlotLocked()
 		lk.mu.Unlock()
-		lk.markGone(err)
+		lk.markGone(endTakenOver, fmt.Errorf("a refresh found it gone: %w", err))
 		return err
 	}
 	lk.mu.Lock()
@@ -317,9 +384,10 @@ func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
 		if lk.unsureTTL == 0 || ttl < lk.unsureTTL {
 			lk.unsureTTL = ttl
 		}
+		lk.refreshFailed = true
 		if lk.state == stateHeld && lk.autoRefresh {
 			left := time.Until(lk.deadline)
-			lk.c.wd.schedule(lk, time.Now().Add(max(min(lk.ttl/10, left/3), minPoll)))
+			lk.scheduleLocked(time.Now().Add(max(min(lk.ttl/10, left/3), minPoll)))
 		}
 		return err
 	}
@@ -330,6 +398,7 @@ func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
 		return lk.notHeldLocked()
 	}
 	lk.ttl = ttl
+	lk.refreshFailed = false
 	eff := ttl
 	if lk.unsureTTL > 0 && lk.unsureTTL < eff {
 		eff = lk.unsureTTL
@@ -339,15 +408,18 @@ func (lk *lock) refreshed(start time.Time, ttl time.Duration, err error) error {
 	if !lk.deadline.After(time.Now()) {
 		// The lease or session behind the lock lapsed: expire, due now,
 		// closes Lost.
-		return fmt.Errorf("%w: %w", ErrNotHeld, errExpired)
+		return fmt.Errorf("%w: %w", ErrNotHeld, ErrExpired)
 	}
 	if lk.autoRefresh {
-		lk.c.wd.schedule(lk, start.Add(eff/3))
+		lk.scheduleLocked(start.Add(eff / 3))
 	}
 	return nil
 }
 
 func (lk *lock) TTL(ctx context.Context) (time.Duration, error) {
+	if ctx == nil {
+		return 0, opErr("ttl", lk.key, errNilContext)
+	}
 	if lk.c.isClosed() {
 		return 0, opErr("ttl", lk.key, ErrClosed)
 	}
@@ -360,7 +432,7 @@ func (lk *lock) TTL(ctx context.Context) (time.Duration, error) {
 	lk.mu.Unlock()
 	d, err := lk.held.TTL(ctx)
 	if errors.Is(err, ErrNotHeld) {
-		lk.markGone(err)
+		lk.markGone(endTakenOver, err)
 	}
 	if err != nil {
 		return 0, opErr("ttl", lk.key, err)
@@ -369,12 +441,22 @@ func (lk *lock) TTL(ctx context.Context) (time.Duration, error) {
 	local := time.Until(lk.deadline)
 	lk.mu.Unlock()
 	if local <= 0 {
-		return 0, opErr("ttl", lk.key, fmt.Errorf("%w: %w", ErrNotHeld, errExpired))
+		return 0, opErr("ttl", lk.key, fmt.Errorf("%w: %w", ErrNotHeld, ErrExpired))
 	}
 	return min(d, local), nil
 }
 
 func (lk *lock) Release(ctx context.Context) error {
+	if t := lk.c.tel; t.tracing() && ctx != nil {
+		return t.traceRelease(ctx, lk)
+	}
+	return lk.releaseOp(ctx)
+}
+
+func (lk *lock) releaseOp(ctx context.Context) error {
+	if ctx == nil {
+		return opErr("release", lk.key, errNilContext)
+	}
 	if lk.c.isClosed() {
 		lk.mu.Lock()
 		gone := lk.state == stateGone
@@ -396,16 +478,16 @@ func (lk *lock) release(ctx context.Context) error {
 	// Lost closes as soon as the holder lets go, before the round trip.
 	// The watchdog no longer refreshes it; it leaves the timetable once
 	// gone.
-	lk.setStateLocked(stateLost, errReleased)
+	lk.setStateLocked(stateLost, ErrReleased, endReleased)
 	lk.mu.Unlock()
 
 	err := lk.held.Release(ctx)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		cause := err
 		if cause == nil {
-			cause = errReleased
+			cause = ErrReleased
 		}
-		lk.markGone(cause)
+		lk.markGone(endReleased, cause)
 	}
 	return err
 }

@@ -25,8 +25,17 @@
 //
 // By default a held lock is refreshed by a watchdog at a third of its TTL
 // for as long as the process lives and the Locker is open
-// ([WithAutoRefresh]), so the TTL bounds how long a crashed process blocks
-// others, not how long work may take.
+// ([WithAutoRefresh], [WithMaxHold]), so the TTL bounds how long a crashed
+// process blocks others, not how long work may take.
+//
+// # Locks are not reentrant
+//
+// A Lock belongs to the code that acquired it, not to a goroutine or a
+// process. Goroutines of one process sharing a Locker take turns on a key
+// like any other clients (that is normal use, not an error), so code that
+// calls Acquire on a key it already holds waits for itself until its
+// context ends. Pass the Lock down to the code that needs it instead of
+// acquiring the key again.
 //
 // # Validity, refresh and loss
 //
@@ -137,6 +146,13 @@ type Lock interface {
 	// gone, or its validity ran out on the local clock without a
 	// successful refresh.
 	Lost() <-chan struct{}
+	// Err returns nil while the lock is held. Once Lost is closed it
+	// returns why: an error wrapping ErrNotHeld and, where the cause is
+	// the Locker's own, one of ErrReleased, ErrExpired or ErrMaxHold;
+	// otherwise the backend's account of a lock found gone (a refresh
+	// found another holder or none, a session expired, a lease was
+	// revoked).
+	Err() error
 	// Until returns the end of the lock's local validity on this
 	// process's clock: the moment Lost closes unless a refresh moves it
 	// first. The server keeps the lock at least until then, allowing for
@@ -164,10 +180,30 @@ var (
 	ErrInvalidTTL = backend.ErrInvalidTTL
 )
 
+// Why a lock stopped being held, as Lock.Err reports it (wrapped with
+// ErrNotHeld) when the cause is the Locker's own.
+var (
+	// ErrReleased: Release was called (by the holder, by Do, or by Close).
+	ErrReleased = errors.New("released")
+	// ErrExpired: the lock's validity ran out on the local clock before a
+	// refresh succeeded (the watchdog's failed, or auto-refresh was off).
+	ErrExpired = errors.New("validity ran out on the local clock without a successful refresh")
+	// ErrMaxHold: WithMaxHold ended the automatic refreshes and the
+	// validity of the last one ran out.
+	ErrMaxHold = errors.New("held for its maximum hold time (WithMaxHold): refreshes ended and its validity ran out")
+)
+
+// errNilContext is returned for a nil context.Context, which the context
+// package forbids (pass context.Background or context.TODO instead).
+var errNilContext = errors.New("nil context (use context.Background())")
+
 // OpError is the error returned by every Locker and Lock method. It names
 // the operation and the key, and wraps the cause.
 type OpError struct {
-	Op  string // "acquire", "try-acquire", "refresh", "ttl", "release", "close"
+	// Op is the operation: "acquire", "try-acquire", "refresh", "ttl",
+	// "release", "close", or "do" (Do's own errors: a nil fn, the lock
+	// lost while fn ran).
+	Op  string
 	Key string
 	Err error
 }
@@ -210,6 +246,9 @@ type Option func(*options)
 type options struct {
 	ttl         time.Duration
 	autoRefresh bool
+	maxHold     time.Duration
+	maxHoldSet  bool
+	ttlSet      bool // WithTTL was given
 }
 
 func defaultOptions() options {
@@ -220,7 +259,7 @@ func defaultOptions() options {
 // (default 30s). A holder that crashes blocks others for at most this long
 // plus the backend's ExpirySlack.
 func WithTTL(ttl time.Duration) Option {
-	return func(o *options) { o.ttl = ttl }
+	return func(o *options) { o.ttl, o.ttlSet = ttl, true }
 }
 
 // WithAutoRefresh turns the watchdog on or off for the lock (default on).
@@ -229,6 +268,17 @@ func WithTTL(ttl time.Duration) Option {
 // its TTL unless Refresh is called, and Lost is closed at that moment.
 func WithAutoRefresh(on bool) Option {
 	return func(o *options) { o.autoRefresh = on }
+}
+
+// WithMaxHold bounds how long the watchdog keeps the lock: it makes no
+// automatic refresh due more than d after the acquisition, so a holder
+// that is stuck (a deadlock, a hung call) cannot keep the lock for ever.
+// The lock then lasts the validity of its last refresh, at most d plus its
+// TTL after the acquisition, and Lost closes with Err wrapping ErrMaxHold.
+// An explicit Refresh still extends it. d must be positive; default: no
+// bound.
+func WithMaxHold(d time.Duration) Option {
+	return func(o *options) { o.maxHold, o.maxHoldSet = d, true }
 }
 
 // Do acquires key, calls fn while holding it, and releases it. fn's ctx is
@@ -241,6 +291,14 @@ func WithAutoRefresh(on bool) Option {
 // own stack, so that a panic recovered further up (net/http recovers a
 // handler's) leaves no lock behind.
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, lock Lock) error, opts ...Option) error {
+	switch {
+	case ctx == nil:
+		return opErr("do", key, errNilContext)
+	case l == nil:
+		return opErr("do", key, errors.New("nil Locker"))
+	case fn == nil:
+		return opErr("do", key, errors.New("nil fn"))
+	}
 	lk, err := l.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/memstore"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/memory"
 )
@@ -178,7 +179,7 @@ func TestDo(t *testing.T) {
 
 // countingDriver counts refresh round trips and can refresh in batches.
 type countingDriver struct {
-	*memory.Driver
+	*memstore.Driver
 	mu      sync.Mutex
 	single  int
 	batches []int
@@ -219,7 +220,7 @@ func (h *countingHeld) Refresh(ctx context.Context, ttl time.Duration) error {
 // batch by one watchdog, and stay held.
 func TestWatchdogBatches(t *testing.T) {
 	ctx := context.Background()
-	d := &countingDriver{Driver: memory.NewDriver(memory.NewStore())}
+	d := &countingDriver{Driver: memstore.NewDriver(memstore.NewStore())}
 	l := locker.New(d, nil)
 	defer l.Close()
 	const n, ttl = 20, 300 * time.Millisecond
@@ -256,14 +257,14 @@ func TestWatchdogBatches(t *testing.T) {
 func TestLoggerSeesFailedRefresh(t *testing.T) {
 	ctx := context.Background()
 	var buf syncBuffer
-	d := memory.NewDriver(memory.NewStore())
+	d := memstore.NewDriver(memstore.NewStore())
 	l := locker.New(d, &locker.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	defer l.Close()
 	lk, err := l.Acquire(ctx, "k", locker.WithTTL(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Cut()
+	d.Crash()
 	<-lk.Lost()
 	if !strings.Contains(buf.String(), "refresh failed") {
 		t.Errorf("log %q does not report the failed refresh", buf.String())
@@ -290,7 +291,7 @@ func (s *syncBuffer) String() string {
 // expiringDriver's locks count their Expire calls; a release can be made
 // to fail in transit, leaving the lock on the (memory) server.
 type expiringDriver struct {
-	*memory.Driver
+	*memstore.Driver
 	failRelease atomic.Bool
 	last        atomic.Pointer[expiringHeld]
 }
@@ -341,7 +342,7 @@ func TestExpirer(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			d := &expiringDriver{Driver: memory.NewDriver(memory.NewStore())}
+			d := &expiringDriver{Driver: memstore.NewDriver(memstore.NewStore())}
 			d.failRelease.Store(c.failRelease)
 			l := locker.New(d, nil)
 			defer l.Close()
@@ -403,7 +404,7 @@ func TestDoReleasesOnPanic(t *testing.T) {
 // pollingDriver hides the memory driver's native wait, so that waiting is
 // package locker's own poll loop; refused reports each refused attempt.
 type pollingDriver struct {
-	d       *memory.Driver
+	d       *memstore.Driver
 	refused chan struct{}
 }
 
@@ -432,7 +433,7 @@ func TestCloseEndsPendingAcquire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pollingDriver{d: memory.NewDriver(store), refused: make(chan struct{}, 1)}
+	p := &pollingDriver{d: memstore.NewDriver(store), refused: make(chan struct{}, 1)}
 	waiter := locker.New(p, nil)
 	done := make(chan error, 1)
 	go func() {

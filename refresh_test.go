@@ -3,13 +3,15 @@ package locker_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/backend"
-	"github.com/distlock/locker/memory"
+	"github.com/distlock/locker/internal/memstore"
 )
 
 // wireDriver puts the memory store behind a simulated network on which the
@@ -18,7 +20,7 @@ import (
 // caller gave up on it. Requests not held go straight through, so a later
 // request can overtake a held one, as on two pooled connections.
 type wireDriver struct {
-	*memory.Driver
+	*memstore.Driver
 	// bound, if set, is every lock's backend.Bounded answer.
 	bound func() time.Time
 
@@ -31,7 +33,7 @@ type wireDriver struct {
 }
 
 func newWireDriver() *wireDriver {
-	return &wireDriver{Driver: memory.NewDriver(memory.NewStore()), sent: make(chan time.Duration, 16)}
+	return &wireDriver{Driver: memstore.NewDriver(memstore.NewStore()), sent: make(chan time.Duration, 16)}
 }
 
 func (d *wireDriver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
@@ -86,6 +88,11 @@ func (h *wireHeld) Refresh(ctx context.Context, ttl time.Duration) error {
 		gate, d.holdTTL = d.held, 0
 	}
 	d.mu.Unlock()
+	if gate != nil {
+		// Counted before the test hears of it, so that its landed.Wait
+		// comes after.
+		d.landed.Add(1)
+	}
 	d.sent <- ttl
 	if gate == nil {
 		return h.Held.Refresh(ctx, ttl)
@@ -93,7 +100,6 @@ func (h *wireHeld) Refresh(ctx context.Context, ttl time.Duration) error {
 	// On the wire: it reaches the store when let go, whatever the caller
 	// does meanwhile.
 	reply := make(chan error, 1)
-	d.landed.Add(1)
 	go func() {
 		defer d.landed.Done()
 		<-gate
@@ -316,4 +322,162 @@ func TestShorteningRefreshCapsValidityInFlight(t *testing.T) {
 		t.Fatalf("Refresh(1s) = %v", err)
 	}
 	wantWithinServer(t, d, lk)
+}
+
+// stallDriver holds the watchdog's first batch of refreshes "at the
+// server" until the test lets it go or the batch's context ends, and
+// records that context's deadline and the batch's outcome. Locks taken
+// under keys in bounded are Bounded by the time set there.
+type stallDriver struct {
+	*memstore.Driver
+	bounded map[string]time.Time
+
+	mu       sync.Mutex
+	arrived  chan struct{} // closed when the first batch arrives
+	letGo    chan struct{} // closed by the test
+	done     chan struct{} // closed when the first batch has its outcome
+	deadline time.Time     // the first batch's context deadline
+	outcome  map[string]error
+}
+
+type stallHeld struct {
+	backend.Held
+	key   string
+	until time.Time
+}
+
+func (h *stallHeld) ValidUntil() time.Time { return h.until }
+
+func (d *stallDriver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	acq, err := d.Driver.TryAcquire(ctx, req)
+	if err == nil {
+		acq.Held = &stallHeld{Held: acq.Held, key: req.Key, until: d.bounded[req.Key]}
+	}
+	return acq, err
+}
+
+func (d *stallDriver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []time.Duration) []error {
+	errs := make([]error, len(locks))
+	d.mu.Lock()
+	first := d.outcome == nil
+	if first {
+		d.outcome = make(map[string]error)
+		d.deadline, _ = ctx.Deadline()
+		close(d.arrived)
+	}
+	d.mu.Unlock()
+	if first {
+		select {
+		case <-d.letGo:
+		case <-ctx.Done():
+		}
+	}
+	for i, h := range locks {
+		if errs[i] = ctx.Err(); errs[i] == nil {
+			errs[i] = h.(*stallHeld).Held.Refresh(ctx, ttls[i])
+		}
+		if first {
+			d.mu.Lock()
+			d.outcome[h.(*stallHeld).key] = errs[i]
+			d.mu.Unlock()
+		}
+	}
+	if first {
+		close(d.done)
+	}
+	return errs
+}
+
+// TestBatchOutlivesItsFirstDeadline: a batch of refreshes may take as long
+// as its last lock's validity, not its first's. One lock near the end of
+// its validity (here bounded by its lease; in practice a retry after a
+// failed refresh) must not cut short the refreshes of the others due with
+// it: with 100,000 etcd locks at a 3 s TTL, that made whole batches fail
+// and retry together, near their ends, until thousands were lost.
+func TestBatchOutlivesItsFirstDeadline(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	start := time.Now()
+	d := &stallDriver{
+		Driver:  memstore.NewDriver(memstore.NewStore()),
+		bounded: map[string]time.Time{"near": start.Add(ttl/3 + 300*time.Millisecond)},
+		arrived: make(chan struct{}),
+		letGo:   make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	l := locker.New(d, nil)
+	defer l.Close()
+	near, err := l.TryAcquire(ctx, "near", locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	far, err := l.TryAcquire(ctx, "far", locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	farUntil := far.Until()
+	<-d.arrived
+	// The near lock's validity runs out while the batch is at the server.
+	<-near.Lost()
+	close(d.letGo)
+	<-d.done
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.deadline.Before(farUntil) {
+		t.Errorf("the batch's context ends %v before the far lock's validity: the near lock's deadline cuts the batch short",
+			farUntil.Sub(d.deadline).Round(time.Millisecond))
+	}
+	if err, ok := d.outcome["far"]; !ok || (err != nil && time.Now().Before(farUntil)) {
+		t.Errorf("the far lock's refresh in the batch: %v (in the batch: %v), want success", err, ok)
+	}
+}
+
+// warnCounter counts the warnings a logger receives that contain a text.
+type warnCounter struct {
+	mu   sync.Mutex
+	text string
+	n    int
+}
+
+func (c *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *warnCounter) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *warnCounter) WithGroup(string) slog.Handler            { return c }
+func (c *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, c.text) {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// TestReleaseDuringRefreshIsNoLoss: a lock released while the watchdog's
+// refresh of it is on the wire is not reported lost when that refresh
+// finds it gone: the holder let it go. (Closing a Locker with many locks
+// logged a warning for every lock whose refresh was in flight.)
+func TestReleaseDuringRefreshIsNoLoss(t *testing.T) {
+	ctx := context.Background()
+	d := newWireDriver()
+	warns := &warnCounter{text: "lock lost"}
+	l := locker.New(d, &locker.Config{Logger: slog.New(warns)})
+	const ttl = 300 * time.Millisecond
+	lk, err := l.TryAcquire(ctx, "k", locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	letGo := d.hold(ttl) // the watchdog's next refresh
+	if got := <-d.sent; got != ttl {
+		t.Fatalf("first refresh sent with TTL %v, want the watchdog's %v", got, ttl)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	letGo() // the refresh reaches the store after the release: not held
+	d.landed.Wait()
+	l.Close() // waits for the watchdog's refresh to finish
+	warns.mu.Lock()
+	defer warns.mu.Unlock()
+	if warns.n != 0 {
+		t.Errorf("%d warnings of a lost lock for a lock released while its refresh was in flight, want none", warns.n)
+	}
 }

@@ -4,10 +4,12 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/workpool"
 )
 
 // watchdog keeps the timetable of one Locker's locks, from a single
@@ -15,11 +17,11 @@ import (
 // and when each lock's validity runs out. Locks due together are refreshed
 // in one batch (one round trip on drivers with RefreshBatch). One timer
 // for all, rather than one per lock, because arming a timer can wake an
-// idle thread of the runtime; measured on etcd, a timer per lock cost
-// about 1% of an uncontended Acquire+Release.
+// idle thread of the runtime, a cost every acquisition would pay.
 type watchdog struct {
-	c     *client
-	batch backend.BatchRefresher
+	c       *client
+	batch   backend.BatchRefresher
+	helpers chan struct{} // workpool tokens of refreshes sent one by one
 
 	mu      sync.Mutex
 	heaps   [2]lockHeap // by refreshHeap and expiryHeap
@@ -91,6 +93,7 @@ func newWatchdog(c *client) *watchdog {
 	w.heaps[expiryHeap].kind = expiryHeap
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.batch, _ = c.d.(backend.BatchRefresher)
+	w.helpers = make(chan struct{}, maxRefreshers-1)
 	return w
 }
 
@@ -242,7 +245,7 @@ func (w *watchdog) refresh(due []*lock) {
 	batch := due[:0]
 	var ttls []time.Duration
 	var helds []backend.Held
-	var earliest time.Time
+	var latest time.Time
 	// Taken before the requests are sent: a start a little early only
 	// makes the deadlines that follow from it earlier.
 	start := time.Now()
@@ -253,50 +256,77 @@ func (w *watchdog) refresh(due []*lock) {
 			batch = append(batch, lk)
 			ttls = append(ttls, lk.ttl)
 			helds = append(helds, lk.held)
-			if earliest.IsZero() || lk.deadline.Before(earliest) {
-				earliest = lk.deadline
-			}
+			latest = later(latest, lk.deadline)
 		}
 		lk.mu.Unlock()
 	}
 	if len(batch) == 0 {
 		return
 	}
-	// No refresh is useful after the earliest deadline: Lost is closed then.
-	ctx, cancel := context.WithDeadline(w.ctx, earliest)
+	// No refresh is useful after the last deadline of the batch: every
+	// Lost is closed by then. Not the first deadline: one lock near the end
+	// of its validity (a retry after a failed refresh) would cut short the
+	// refreshes of all the others, which would then fail and be retried
+	// together, near their own ends, until a whole batch is lost. A lock
+	// whose deadline passes while the batch is in flight is lost at its
+	// deadline all the same (expire), and refreshed does not revive it.
+	ctx, cancel := context.WithDeadline(w.ctx, latest)
 	defer cancel()
 
-	errs := make([]error, len(batch))
-	switch {
-	case w.batch != nil && len(batch) > 1:
-		copy(errs, w.batch.RefreshBatch(ctx, helds, ttls))
-	case len(batch) == 1:
-		errs[0] = helds[0].Refresh(ctx, ttls[0])
-	default:
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, maxRefreshers)
-		for i := range batch {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				errs[i] = helds[i].Refresh(ctx, ttls[i])
-			}()
-		}
-		wg.Wait()
-	}
+	errs := w.send(ctx, helds, ttls)
 	for i, lk := range batch {
 		err := lk.refreshed(start, ttls[i], errs[i])
+		if t := w.c.tel; t != nil {
+			t.refreshed(ctx, lk, start, err)
+		}
 		switch {
 		case err == nil:
+		case errors.Is(err, ErrNotHeld) && lk.endedLocally():
+			// Released or expired here while the refresh was in flight:
+			// that the server no longer has it is no news.
 		case errors.Is(errs[i], ErrNotHeld):
 			w.c.log.Warn("locker: lock lost: the server no longer has it", "key", lk.key, "err", errs[i])
 		case errors.Is(err, ErrNotHeld):
-			// Released or expired locally while the refresh was in flight.
+			// Lost meanwhile on the backend's own report (a session or
+			// lease that ended): Lost and Err say so.
 		default:
 			w.c.log.Warn("locker: refresh failed, retrying", "key", lk.key, "err", err)
 		}
 	}
+}
+
+// send refreshes helds with ttls: in one batch where the driver can, one
+// by one on up to maxRefreshers goroutines (for all batches in flight)
+// where it cannot.
+func (w *watchdog) send(ctx context.Context, helds []backend.Held, ttls []time.Duration) []error {
+	errs := make([]error, len(helds))
+	if w.batch != nil && len(helds) > 1 {
+		got := w.batch.RefreshBatch(ctx, helds, ttls)
+		for i := copy(errs, got); i < len(errs); i++ {
+			// A driver that answers for fewer locks than it was given
+			// refreshed none of the rest as far as we know.
+			errs[i] = fmt.Errorf("the driver's RefreshBatch returned %d outcomes for %d locks", len(got), len(helds))
+		}
+		return errs
+	}
+	if len(helds) == 1 { // the common case: no pool to set up
+		errs[0] = helds[0].Refresh(ctx, ttls[0])
+		return errs
+	}
+	jobs := make([]func(), len(helds))
+	for i := range helds {
+		jobs[i] = func() { errs[i] = helds[i].Refresh(ctx, ttls[i]) }
+	}
+	workpool.Run(w.helpers, jobs)
+	return errs
+}
+
+// later returns the later of a and b; the zero time is earlier than any.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // queueExpire hands the drivers' Expire calls to the expirers, starting

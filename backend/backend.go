@@ -18,12 +18,50 @@
 //
 // A driver is used through package locker, never directly by applications:
 // locker.New(driver, config) returns the [locker.Locker].
+//
+// # Writing a backend
+//
+// A new backend is a package beside redis/ and etcd/ (those two, with
+// memory/, are the ones to read first):
+//
+//   - Implement [Driver] and [Held]. TryAcquire makes one attempt, returns
+//     [Busy] (with the holder's remaining TTL when the server tells it)
+//     when the key is taken, and must leave nothing behind when its reply
+//     is lost or its context ends mid-request: a request that may have
+//     been applied is undone by the token before the error is returned.
+//     Release and Refresh compare the token on the server, atomically.
+//   - Add what the server offers: [Waiter] for a native queue, [Notifier]
+//     for release notices, [BatchRefresher] when many locks can be
+//     refreshed in one round trip, [Expirer] when the server would keep a
+//     lock past its TTL (a shared lease or session), [Bounded] when a
+//     lease or session bounds the lock, [Drifter] for another clock-drift
+//     allowance than [DefaultDrift]. Fill in [Capabilities] honestly: the
+//     conformance suite skips what a backend does not claim, and checks
+//     what it does.
+//   - Register URL schemes in init with locker.Register; read the URL
+//     with locker.URL's Param, DurationParam, BoolParam and HostPorts (a
+//     host without a port gets the server's usual one), and call
+//     CheckParams, so that an unknown parameter is an error. Log through
+//     locker.Config.ResolvedLogger, and call locker.CheckConfig before
+//     locker.New so that a default TTL the server cannot keep fails at
+//     Open.
+//   - Tests run against a real server: scripts/install.sh installs it,
+//     scripts/services.sh starts it on a port of its own (refusing one
+//     already in use) and exports its URL as a LOCKER_TEST_* variable
+//     that internal/testenv names; testenv.Get fails a test under make
+//     test when the variable is missing. Run conformance.Run with a
+//     conformance.URLHarness over a proxy (so that Crash can cut a client
+//     off), add the backend to internal/faulttest (the randomized fault
+//     test) and internal/heldtest (many locks held at once), and test
+//     every lost-reply and cancellation path the driver handles against
+//     the real server.
 package backend
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -159,8 +197,17 @@ type Notifier interface {
 	Watch(ctx context.Context, key string) (events <-chan struct{}, stop func(), err error)
 }
 
+// DefaultDrift is the clock-drift allowance package locker subtracts from
+// a TTL to get a lock's local validity, unless the driver is a Drifter:
+// 1% of the TTL plus 2 ms, as on the Redis distlock page (server expiry
+// precision plus a minimum drift between clocks). A driver that bounds
+// validity by a lease or session of its own (Bounded) allows the same.
+func DefaultDrift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
 // Drifter is implemented by drivers that allow their own clock drift
-// instead of package locker's default (1% of the TTL plus 2 ms). The local
+// instead of package locker's default (DefaultDrift). The local
 // validity of a lock after a successful refresh that started at t is
 // t + ttl - Drift(ttl).
 type Drifter interface {
@@ -208,6 +255,10 @@ type Bounded interface {
 // Capabilities says what a backend guarantees. Package locker re-exports
 // it as locker.Capabilities.
 type Capabilities struct {
+	// Name names the backend in telemetry (the locker.backend attribute)
+	// and reports, e.g. "redis". Default: the last element of the import
+	// path of the package that defines the driver's type.
+	Name string
 	// Fencing: Fence returns tokens strictly increasing per key across
 	// successive holders, safe to check at a resource.
 	Fencing bool
@@ -230,6 +281,39 @@ type Capabilities struct {
 	// still block others (session timeouts, lease granularity, expiry
 	// sweeps). The conformance suite allows this much.
 	ExpirySlack time.Duration
+}
+
+// String describes the capabilities in words, e.g. "fencing, FIFO,
+// wake-on-release, loss signal; keys up to 1024 bytes; TTL 2s to no limit;
+// expiry slack 1s".
+func (c Capabilities) String() string {
+	var feats []string
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.Fencing, "fencing"}, {c.FIFO, "FIFO"}, {c.WakeOnRelease, "wake-on-release"}, {c.LossSignal, "loss signal"}} {
+		if f.on {
+			feats = append(feats, f.name)
+		}
+	}
+	if len(feats) == 0 {
+		feats = append(feats, "no fencing, FIFO, wake-on-release or loss signal")
+	}
+	keyLen := c.MaxKeyLen
+	if keyLen <= 0 {
+		keyLen = DefaultMaxKeyLen
+	}
+	return fmt.Sprintf("%s; keys up to %d bytes; TTL %s to %s; expiry slack %s",
+		strings.Join(feats, ", "), keyLen, ttlBound(c.MinTTL, "any"), ttlBound(c.MaxTTL, "no limit"), c.ExpirySlack)
+}
+
+// ttlBound formats a TTL bound; 0, or more than a century (a backend's
+// "no limit" in its own units), is none.
+func ttlBound(d time.Duration, none string) string {
+	if d <= 0 || d > 100*365*24*time.Hour {
+		return none
+	}
+	return d.String()
 }
 
 // DefaultMaxKeyLen is the key length every backend accepts at least.

@@ -12,8 +12,8 @@ import (
 	"github.com/distlock/locker"
 )
 
-// cases is the suite, in the order it runs.
-var cases = []testCase{
+// cases are the built-in cases, in the order they run.
+var cases = []Case{
 	{"acquire-release", "Acquire takes a free key; the lock reports its key, a token and a positive TTL; Release frees the key and closes Lost", caseAcquireRelease},
 	{"try-acquire-contended", "TryAcquire on a held key fails at once with ErrNotAcquired, and succeeds once the holder releases", caseTryContended},
 	{"release-wakes-waiter", "A blocked Acquire is woken by the holder's Release, not by the TTL running out", caseReleaseWakesWaiter},
@@ -37,73 +37,6 @@ var cases = []testCase{
 	{"mutual-exclusion-stress", "Independent clients hammering one key never overlap in the critical section, and a fencing-checked resource accepts every write", caseStress},
 }
 
-// acquire takes key or ends the case.
-func (t *T) acquire(l locker.Locker, key string, opts ...locker.Option) locker.Lock {
-	lk, err := l.Acquire(t.ctx, key, opts...)
-	if err != nil {
-		t.Fatalf("Acquire(%q): %v", key, err)
-	}
-	return lk
-}
-
-// tryAcquire takes key in one attempt or ends the case.
-func (t *T) tryAcquire(l locker.Locker, key string, opts ...locker.Option) locker.Lock {
-	lk, err := l.TryAcquire(t.ctx, key, opts...)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q) on a free key: %v", key, err)
-	}
-	return lk
-}
-
-// acquireWithin takes key within d or ends the case.
-func (t *T) acquireWithin(l locker.Locker, key string, d time.Duration, why string) locker.Lock {
-	ctx, cancel := context.WithTimeout(t.ctx, d)
-	defer cancel()
-	lk, err := l.Acquire(ctx, key, locker.WithTTL(t.longTTL()))
-	if err != nil {
-		t.Fatalf("%s: Acquire(%q) did not succeed within %v: %v", why, key, d, err)
-	}
-	return lk
-}
-
-func (t *T) release(lk locker.Lock) {
-	if err := lk.Release(t.ctx); err != nil {
-		t.Fatalf("Release(%q): %v", lk.Key(), err)
-	}
-}
-
-// wantNotAcquired checks that TryAcquire on key fails with ErrNotAcquired.
-func (t *T) wantNotAcquired(l locker.Locker, key, why string) {
-	lk, err := l.TryAcquire(t.ctx, key, locker.WithTTL(t.longTTL()))
-	if err == nil {
-		lk.Release(t.ctx)
-		t.Fatalf("%s: TryAcquire(%q) succeeded while another client holds the key", why, key)
-	}
-	if !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("%s: TryAcquire(%q) = %v, want ErrNotAcquired", why, key, err)
-	}
-}
-
-func (t *T) wantErr(err, target error, what string) {
-	if !errors.Is(err, target) {
-		t.Errorf("%s: got error %v, want %v", what, err, target)
-	}
-}
-
-// closedWithin reports whether ch is closed within d.
-func (t *T) closedWithin(ch <-chan struct{}, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-timer.C:
-		return false
-	case <-t.ctx.Done():
-		return false
-	}
-}
-
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -114,9 +47,9 @@ func isClosed(ch <-chan struct{}) bool {
 }
 
 func caseAcquireRelease(t *T) {
-	l := t.locker()
-	key := t.key("k")
-	lk := t.acquire(l, key, locker.WithTTL(t.longTTL()))
+	l := t.Locker()
+	key := t.Key("k")
+	lk := t.Acquire(l, key, locker.WithTTL(t.LongTTL()))
 	if lk.Key() != key {
 		t.Errorf("Key() = %q, want %q", lk.Key(), key)
 	}
@@ -126,44 +59,44 @@ func caseAcquireRelease(t *T) {
 	if isClosed(lk.Lost()) {
 		t.Errorf("Lost() is closed right after Acquire")
 	}
-	d, err := lk.TTL(t.ctx)
-	if err != nil || d <= 0 || d > t.longTTL() {
-		t.Errorf("TTL() = %v, %v; want a duration in (0, %v]", d, err, t.longTTL())
+	d, err := lk.TTL(t.Context())
+	if err != nil || d <= 0 || d > t.LongTTL() {
+		t.Errorf("TTL() = %v, %v; want a duration in (0, %v]", d, err, t.LongTTL())
 	}
-	t.release(lk)
+	t.Release(lk)
 	if !isClosed(lk.Lost()) {
 		t.Errorf("Lost() is still open after Release returned")
 	}
-	lk2 := t.tryAcquire(t.locker(), key)
+	lk2 := t.TryAcquire(t.Locker(), key)
 	if lk2.Token() == lk.Token() {
 		t.Errorf("two acquisitions got the same token %q", lk.Token())
 	}
-	t.release(lk2)
+	t.Release(lk2)
 }
 
 func caseTryContended(t *T) {
-	a, b := t.locker(), t.locker()
-	key := t.key("k")
-	lk := t.tryAcquire(a, key, locker.WithTTL(t.longTTL()))
-	t.wantNotAcquired(b, key, "held by A")
-	t.wantNotAcquired(a, key, "held by A, tried by A's own Locker")
-	t.release(lk)
-	t.release(t.tryAcquire(b, key))
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	lk := t.TryAcquire(a, key, locker.WithTTL(t.LongTTL()))
+	t.WantNotAcquired(b, key, "held by A")
+	t.WantNotAcquired(a, key, "held by A, tried by A's own Locker")
+	t.Release(lk)
+	t.Release(t.TryAcquire(b, key))
 }
 
 func caseReleaseWakesWaiter(t *T) {
-	a, b := t.locker(), t.locker()
-	key := t.key("k")
-	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	lk := t.Acquire(a, key, locker.WithTTL(t.LongTTL()))
 	var released atomic.Bool
 	type result struct {
 		lk  locker.Lock
 		err error
 	}
 	got := make(chan result, 1)
-	// If B were only woken by expiry it would need longTTL; half of that
+	// If B were only woken by expiry it would need LongTTL; half of that
 	// is far more than any release notice takes.
-	ctx, cancel := context.WithTimeout(t.ctx, t.longTTL()/2)
+	ctx, cancel := context.WithTimeout(t.Context(), t.LongTTL()/2)
 	defer cancel()
 	go func() {
 		lk, err := b.Acquire(ctx, key)
@@ -171,29 +104,29 @@ func caseReleaseWakesWaiter(t *T) {
 	}()
 	// Give B time to start waiting; whether or not it has, the release
 	// must reach it.
-	if t.closedWithin(ctx.Done(), 50*time.Millisecond) {
+	if t.ClosedWithin(ctx.Done(), 50*time.Millisecond) {
 		t.Fatalf("context ended early")
 	}
 	released.Store(true)
-	t.release(lk)
+	t.Release(lk)
 	r := <-got
 	if r.err != nil {
-		t.Fatalf("waiting Acquire was not woken by the release within %v: %v", t.longTTL()/2, r.err)
+		t.Fatalf("waiting Acquire was not woken by the release within %v: %v", t.LongTTL()/2, r.err)
 	}
 	if !released.Load() {
 		t.Errorf("waiting Acquire returned before the holder released")
 	}
-	t.release(r.lk)
+	t.Release(r.lk)
 }
 
 func caseWaiterFullTTL(t *T) {
-	a, b := t.locker(), t.locker()
-	key := t.key("k")
-	ttl := t.ttl()
-	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	ttl := t.TTL()
+	lk := t.Acquire(a, key, locker.WithTTL(t.LongTTL()))
 	got := make(chan locker.Lock, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(t.ctx, t.longTTL()/2)
+		ctx, cancel := context.WithTimeout(t.Context(), t.LongTTL()/2)
 		defer cancel()
 		lk, err := b.Acquire(ctx, key, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
 		if err != nil {
@@ -202,10 +135,10 @@ func caseWaiterFullTTL(t *T) {
 		got <- lk
 	}()
 	// Wait longer than the waiter's TTL before releasing.
-	if t.closedWithin(t.ctx.Done(), ttl+ttl/2) {
+	if t.ClosedWithin(t.Context().Done(), ttl+ttl/2) {
 		t.Fatalf("context ended")
 	}
-	t.release(lk)
+	t.Release(lk)
 	lkB := <-got
 	if lkB == nil {
 		return
@@ -213,78 +146,78 @@ func caseWaiterFullTTL(t *T) {
 	if isClosed(lkB.Lost()) {
 		t.Fatalf("Lost() closed at once for a %v lock granted after a %v wait", ttl, ttl+ttl/2)
 	}
-	if d, err := lkB.TTL(t.ctx); err != nil || d < ttl/2 {
+	if d, err := lkB.TTL(t.Context()); err != nil || d < ttl/2 {
 		t.Errorf("TTL() right after a grant = %v, %v; want most of the %v TTL", d, err, ttl)
 	}
-	t.release(lkB)
+	t.Release(lkB)
 }
 
 func caseDoubleRelease(t *T) {
-	l := t.locker()
-	lk := t.acquire(l, t.key("k"))
-	t.release(lk)
-	t.wantErr(lk.Release(t.ctx), locker.ErrNotHeld, "second Release")
-	t.wantErr(lk.Refresh(t.ctx, t.longTTL()), locker.ErrNotHeld, "Refresh after Release")
-	_, err := lk.TTL(t.ctx)
-	t.wantErr(err, locker.ErrNotHeld, "TTL after Release")
+	l := t.Locker()
+	lk := t.Acquire(l, t.Key("k"))
+	t.Release(lk)
+	t.WantErr(lk.Release(t.Context()), locker.ErrNotHeld, "second Release")
+	t.WantErr(lk.Refresh(t.Context(), t.LongTTL()), locker.ErrNotHeld, "Refresh after Release")
+	_, err := lk.TTL(t.Context())
+	t.WantErr(err, locker.ErrNotHeld, "TTL after Release")
 }
 
 func caseStaleOwner(t *T) {
-	a, b, c := t.locker(), t.locker(), t.locker()
-	key := t.key("k")
-	lkA := t.acquire(a, key, locker.WithTTL(t.ttl()), locker.WithAutoRefresh(false))
-	if !t.closedWithin(lkA.Lost(), t.expiryBound(t.ttl())) {
-		t.Fatalf("A's Lost() did not close within %v of a %v TTL without refresh", t.expiryBound(t.ttl()), t.ttl())
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("k")
+	lkA := t.Acquire(a, key, locker.WithTTL(t.TTL()), locker.WithAutoRefresh(false))
+	if !t.ClosedWithin(lkA.Lost(), t.ExpiryBound(t.TTL())) {
+		t.Fatalf("A's Lost() did not close within %v of a %v TTL without refresh", t.ExpiryBound(t.TTL()), t.TTL())
 	}
-	lkB := t.acquireWithin(b, key, t.expiryBound(t.ttl()), "A's lock expired")
-	t.wantErr(lkA.Release(t.ctx), locker.ErrNotHeld, "stale A's Release")
-	t.wantErr(lkA.Refresh(t.ctx, t.longTTL()), locker.ErrNotHeld, "stale A's Refresh")
-	_, err := lkA.TTL(t.ctx)
-	t.wantErr(err, locker.ErrNotHeld, "stale A's TTL")
-	t.wantNotAcquired(c, key, "B holds the key after stale A released")
-	if d, err := lkB.TTL(t.ctx); err != nil || d <= 0 {
+	lkB := t.AcquireWithin(b, key, t.ExpiryBound(t.TTL()), "A's lock expired")
+	t.WantErr(lkA.Release(t.Context()), locker.ErrNotHeld, "stale A's Release")
+	t.WantErr(lkA.Refresh(t.Context(), t.LongTTL()), locker.ErrNotHeld, "stale A's Refresh")
+	_, err := lkA.TTL(t.Context())
+	t.WantErr(err, locker.ErrNotHeld, "stale A's TTL")
+	t.WantNotAcquired(c, key, "B holds the key after stale A released")
+	if d, err := lkB.TTL(t.Context()); err != nil || d <= 0 {
 		t.Errorf("B's TTL() after stale A released = %v, %v; want B's lock intact", d, err)
 	}
 	if isClosed(lkB.Lost()) {
 		t.Errorf("B's Lost() closed after stale A released")
 	}
-	t.release(lkB)
+	t.Release(lkB)
 }
 
 func caseAutoRefresh(t *T) {
-	a, b := t.locker(), t.locker()
-	key := t.key("k")
-	lk := t.acquire(a, key, locker.WithTTL(t.ttl()))
-	hold := 3*t.ttl() + t.caps().ExpirySlack
-	if t.closedWithin(lk.Lost(), hold) {
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	lk := t.Acquire(a, key, locker.WithTTL(t.TTL()))
+	hold := 3*t.TTL() + t.Capabilities().ExpirySlack
+	if t.ClosedWithin(lk.Lost(), hold) {
 		t.Fatalf("Lost() closed within %v although the holder lives and auto-refresh is on", hold)
 	}
-	t.wantNotAcquired(b, key, fmt.Sprintf("after %v of a %v TTL with auto-refresh", hold, t.ttl()))
-	t.release(lk)
+	t.WantNotAcquired(b, key, fmt.Sprintf("after %v of a %v TTL with auto-refresh", hold, t.TTL()))
+	t.Release(lk)
 }
 
 func caseCrashedHolder(t *T) {
-	a := t.crashable()
-	b := t.locker()
-	key := t.key("k")
-	lk := t.acquire(a.Locker, key, locker.WithTTL(t.ttl()))
+	a := t.CrashableClient()
+	b := t.Locker()
+	key := t.Key("k")
+	lk := t.Acquire(a.Locker, key, locker.WithTTL(t.TTL()))
 	a.Crash()
 	crashed := time.Now()
-	bound := t.expiryBound(t.ttl())
-	lkB := t.acquireWithin(b, key, bound, "holder crashed")
-	if !t.closedWithin(lk.Lost(), time.Until(crashed.Add(bound))) {
-		t.Errorf("the crashed holder's Lost() stayed open %v after the crash (TTL %v)", time.Since(crashed), t.ttl())
+	bound := t.ExpiryBound(t.TTL())
+	lkB := t.AcquireWithin(b, key, bound, "holder crashed")
+	if !t.ClosedWithin(lk.Lost(), time.Until(crashed.Add(bound))) {
+		t.Errorf("the crashed holder's Lost() stayed open %v after the crash (TTL %v)", time.Since(crashed), t.TTL())
 	}
-	t.release(lkB)
+	t.Release(lkB)
 }
 
 func caseCrashDuringAcquire(t *T) {
 	// Measure one acquire, then crash clients at offsets spread over it,
 	// so that some crash lands between the request and its reply (or,
 	// on a backend that takes a lock in two steps, between the steps).
-	probe := t.locker()
+	probe := t.Locker()
 	start := time.Now()
-	t.release(t.acquire(probe, t.key("probe")))
+	t.Release(t.Acquire(probe, t.Key("probe")))
 	lat := time.Since(start)
 	const n = 12
 	type attempt struct {
@@ -294,18 +227,18 @@ func caseCrashDuringAcquire(t *T) {
 	attempts := make([]attempt, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		c := t.crashable()
-		attempts[i].key = t.key(fmt.Sprintf("k%d", i))
+		c := t.CrashableClient()
+		attempts[i].key = t.Key(fmt.Sprintf("k%d", i))
 		offset := lat * time.Duration(i) / 8
 		done := make(chan struct{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(t.ctx, t.longTTL())
+			ctx, cancel := context.WithTimeout(t.Context(), t.LongTTL())
 			defer cancel()
 			go func() {
 				defer close(done)
-				c.Locker.Acquire(ctx, attempts[i].key, locker.WithTTL(t.ttl()))
+				c.Locker.Acquire(ctx, attempts[i].key, locker.WithTTL(t.TTL()))
 			}()
 			timer := time.NewTimer(offset)
 			select {
@@ -317,12 +250,12 @@ func caseCrashDuringAcquire(t *T) {
 			select {
 			case <-done:
 			case <-ctx.Done():
-				t.Errorf("Acquire did not return within %v of its client being cut off", t.longTTL())
+				t.Errorf("Acquire did not return within %v of its client being cut off", t.LongTTL())
 			}
 		}()
 	}
 	wg.Wait()
-	obs := t.locker()
+	obs := t.Locker()
 	for _, a := range attempts {
 		wg.Add(1)
 		go func() {
@@ -330,70 +263,70 @@ func caseCrashDuringAcquire(t *T) {
 			// The key must be free by crash + expiry bound. If that moment
 			// has passed (a cut-off client may take a while to give up),
 			// it must be free now: allow one slack for the acquire itself.
-			bound := max(time.Until(a.crashed.Add(t.expiryBound(t.ttl()))), t.s.h.Slack)
-			ctx, cancel := context.WithTimeout(t.ctx, bound)
+			bound := max(time.Until(a.crashed.Add(t.ExpiryBound(t.TTL()))), t.s.h.Slack)
+			ctx, cancel := context.WithTimeout(t.Context(), bound)
 			defer cancel()
 			lk, err := obs.Acquire(ctx, a.key)
 			if err != nil {
-				t.Errorf("key %q still blocked %v after its acquiring client was cut off (TTL %v): %v", a.key, t.expiryBound(t.ttl()), t.ttl(), err)
+				t.Errorf("key %q still blocked %v after its acquiring client was cut off (TTL %v): %v", a.key, t.ExpiryBound(t.TTL()), t.TTL(), err)
 				return
 			}
-			lk.Release(t.ctx)
+			lk.Release(t.Context())
 		}()
 	}
 	wg.Wait()
 }
 
 func caseRefreshExtends(t *T) {
-	a, b := t.locker(), t.locker()
-	key := t.key("k")
-	lk := t.acquire(a, key, locker.WithTTL(t.ttl()), locker.WithAutoRefresh(false))
-	longer := 3 * t.expiryBound(t.ttl())
-	if err := lk.Refresh(t.ctx, longer); err != nil {
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	lk := t.Acquire(a, key, locker.WithTTL(t.TTL()), locker.WithAutoRefresh(false))
+	longer := 3 * t.ExpiryBound(t.TTL())
+	if err := lk.Refresh(t.Context(), longer); err != nil {
 		t.Fatalf("Refresh(%v): %v", longer, err)
 	}
-	if d, err := lk.TTL(t.ctx); err != nil || d <= t.ttl() {
-		t.Errorf("TTL() right after Refresh(%v) = %v, %v; want more than the original %v", longer, d, err, t.ttl())
+	if d, err := lk.TTL(t.Context()); err != nil || d <= t.TTL() {
+		t.Errorf("TTL() right after Refresh(%v) = %v, %v; want more than the original %v", longer, d, err, t.TTL())
 	}
-	wait := t.expiryBound(t.ttl())
-	if t.closedWithin(lk.Lost(), wait) {
+	wait := t.ExpiryBound(t.TTL())
+	if t.ClosedWithin(lk.Lost(), wait) {
 		t.Fatalf("Lost() closed within %v although the lock was refreshed to %v", wait, longer)
 	}
-	t.wantNotAcquired(b, key, fmt.Sprintf("%v after a Refresh to %v", wait, longer))
-	t.release(lk)
+	t.WantNotAcquired(b, key, fmt.Sprintf("%v after a Refresh to %v", wait, longer))
+	t.Release(lk)
 }
 
 func caseTTLReports(t *T) {
-	l := t.locker()
-	ttl := t.longTTL()
-	lk := t.acquire(l, t.key("k"), locker.WithTTL(ttl), locker.WithAutoRefresh(false))
-	d1, err := lk.TTL(t.ctx)
+	l := t.Locker()
+	ttl := t.LongTTL()
+	lk := t.Acquire(l, t.Key("k"), locker.WithTTL(ttl), locker.WithAutoRefresh(false))
+	d1, err := lk.TTL(t.Context())
 	if err != nil || d1 <= 0 || d1 > ttl {
 		t.Fatalf("TTL() = %v, %v; want a duration in (0, %v]", d1, err, ttl)
 	}
-	if t.closedWithin(t.ctx.Done(), 20*time.Millisecond) {
+	if t.ClosedWithin(t.Context().Done(), 20*time.Millisecond) {
 		t.Fatalf("context ended")
 	}
-	d2, err := lk.TTL(t.ctx)
+	d2, err := lk.TTL(t.Context())
 	if err != nil || d2 <= 0 || d2 > d1 {
 		t.Errorf("TTL() later = %v, %v; want a duration in (0, %v] (the earlier reading)", d2, err, d1)
 	}
-	t.release(lk)
+	t.Release(lk)
 }
 
 func caseCancelledAcquire(t *T) {
-	a, b, c := t.locker(), t.locker(), t.locker()
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
 
 	// Already cancelled: fails at once, even on a free key.
-	dead, cancel := context.WithCancel(t.ctx)
+	dead, cancel := context.WithCancel(t.Context())
 	cancel()
-	if lk, err := b.Acquire(dead, t.key("free")); err == nil {
-		lk.Release(t.ctx)
+	if lk, err := b.Acquire(dead, t.Key("free")); err == nil {
+		lk.Release(t.Context())
 		t.Errorf("Acquire with a cancelled context succeeded")
 	} else {
-		t.wantErr(err, context.Canceled, "Acquire with a cancelled context")
+		t.WantErr(err, context.Canceled, "Acquire with a cancelled context")
 	}
-	t.release(t.tryAcquire(c, t.key("free")))
+	t.Release(t.TryAcquire(c, t.Key("free")))
 
 	// Cancelled while waiting. A run in which the holder's own validity
 	// ran out before the waiter got the key (the process stalled for a
@@ -402,7 +335,7 @@ func caseCancelledAcquire(t *T) {
 	// holder's validity still ran is two holders, and fails.
 	const runs = 3
 	for i := range runs {
-		if cancelWhileWaiting(t, a, b, c, t.key(fmt.Sprintf("k%d", i))) {
+		if cancelWhileWaiting(t, a, b, c, t.Key(fmt.Sprintf("k%d", i))) {
 			return
 		}
 	}
@@ -415,12 +348,12 @@ func caseCancelledAcquire(t *T) {
 func cancelWhileWaiting(t *T, a, b, c locker.Locker, key string) bool {
 	// A TTL far beyond what the case waits for: only a stall of the whole
 	// process lets it run out.
-	ttl := max(t.longTTL(), time.Minute)
-	if m := t.caps().MaxTTL; m > 0 && ttl > m {
-		ttl = max(t.longTTL(), m)
+	ttl := max(t.LongTTL(), time.Minute)
+	if m := t.Capabilities().MaxTTL; m > 0 && ttl > m {
+		ttl = max(t.LongTTL(), m)
 	}
-	lk := t.acquire(a, key, locker.WithTTL(ttl))
-	ctx, cancel := context.WithCancel(t.ctx)
+	lk := t.Acquire(a, key, locker.WithTTL(ttl))
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	type outcome struct {
 		lk  locker.Lock
@@ -432,37 +365,37 @@ func cancelWhileWaiting(t *T, a, b, c locker.Locker, key string) bool {
 		lk, err := b.Acquire(ctx, key)
 		out <- outcome{lk, err, time.Now()}
 	}()
-	if t.closedWithin(t.ctx.Done(), 50*time.Millisecond) {
+	if t.ClosedWithin(t.Context().Done(), 50*time.Millisecond) {
 		t.Fatalf("context ended")
 	}
 	cancel()
 	var o outcome
 	select {
 	case o = <-out:
-	case <-time.After(t.longTTL() / 2):
-		t.Fatalf("Acquire did not return within %v of its context being cancelled", t.longTTL()/2)
+	case <-time.After(t.LongTTL() / 2):
+		t.Fatalf("Acquire did not return within %v of its context being cancelled", t.LongTTL()/2)
 	}
 	if o.err == nil {
-		defer o.lk.Release(t.ctx)
+		defer o.lk.Release(t.Context())
 		if lk.Until().Before(o.at) {
-			lk.Release(t.ctx)
+			lk.Release(t.Context())
 			return false
 		}
 		t.Errorf("Acquire cancelled while waiting got the key while its holder's lock was still valid: two holders")
-		lk.Release(t.ctx)
+		lk.Release(t.Context())
 		return true
 	}
-	t.wantErr(o.err, context.Canceled, "Acquire cancelled while waiting")
+	t.WantErr(o.err, context.Canceled, "Acquire cancelled while waiting")
 	// What the cancelled waiter left must not block the next acquirer.
-	t.release(lk)
-	lkC := t.acquireWithin(c, key, t.longTTL()/2, "after the holder released, with a cancelled waiter before us")
-	t.release(lkC)
+	t.Release(lk)
+	lkC := t.AcquireWithin(c, key, t.LongTTL()/2, "after the holder released, with a cancelled waiter before us")
+	t.Release(lkC)
 	return true
 }
 
 func caseIndependentKeys(t *T) {
-	a, b := t.locker(), t.locker()
-	base := t.key("k")
+	a, b := t.Locker(), t.Locker()
+	base := t.Key("k")
 	keys := []string{base, base + "/child", base + "/child/grandchild", base + "-sibling", base + "/"}
 	var held []locker.Lock
 	for i, k := range keys {
@@ -470,10 +403,10 @@ func caseIndependentKeys(t *T) {
 		if i%2 == 1 {
 			l = b
 		}
-		held = append(held, t.tryAcquire(l, k, locker.WithTTL(t.longTTL())))
+		held = append(held, t.TryAcquire(l, k, locker.WithTTL(t.LongTTL())))
 	}
 	for _, lk := range held {
-		t.release(lk)
+		t.Release(lk)
 	}
 }
 
@@ -505,12 +438,12 @@ func oddKeys(base string, maxLen int) []string {
 }
 
 func caseOddKeys(t *T) {
-	a, b := t.locker(), t.locker()
-	keys := oddKeys(t.key("k"), t.caps().MaxKeyLen)
+	a, b := t.Locker(), t.Locker()
+	keys := oddKeys(t.Key("k"), t.Capabilities().MaxKeyLen)
 	// Hold them all at once: no two may collide.
 	var held []locker.Lock
 	for _, k := range keys {
-		lk, err := a.TryAcquire(t.ctx, k, locker.WithTTL(t.longTTL()))
+		lk, err := a.TryAcquire(t.Context(), k, locker.WithTTL(t.LongTTL()))
 		if err != nil {
 			t.Errorf("TryAcquire(%q) while holding %d other odd keys: %v", k, len(held), err)
 			continue
@@ -521,35 +454,35 @@ func caseOddKeys(t *T) {
 		held = append(held, lk)
 	}
 	for _, lk := range held {
-		t.wantNotAcquired(b, lk.Key(), "odd key held by A")
+		t.WantNotAcquired(b, lk.Key(), "odd key held by A")
 	}
 	for _, lk := range held {
-		t.release(lk)
+		t.Release(lk)
 	}
 	for _, k := range keys {
-		t.release(t.tryAcquire(b, k))
+		t.Release(t.TryAcquire(b, k))
 	}
 }
 
 func caseClosedLocker(t *T) {
-	a, b := t.locker(), t.locker()
-	key := t.key("k")
-	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	lk := t.Acquire(a, key, locker.WithTTL(t.LongTTL()))
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if !isClosed(lk.Lost()) {
 		t.Errorf("Lost() of a lock held by a closed Locker is still open")
 	}
-	_, err := a.Acquire(t.ctx, t.key("other"))
-	t.wantErr(err, locker.ErrClosed, "Acquire after Close")
-	_, err = a.TryAcquire(t.ctx, t.key("other"))
-	t.wantErr(err, locker.ErrClosed, "TryAcquire after Close")
+	_, err := a.Acquire(t.Context(), t.Key("other"))
+	t.WantErr(err, locker.ErrClosed, "Acquire after Close")
+	_, err = a.TryAcquire(t.Context(), t.Key("other"))
+	t.WantErr(err, locker.ErrClosed, "TryAcquire after Close")
 	if err := a.Close(); err != nil {
 		t.Errorf("second Close = %v, want nil", err)
 	}
-	// Close released the key: it is free now, not after longTTL.
-	t.release(t.tryAcquire(b, key))
+	// Close released the key: it is free now, not after LongTTL.
+	t.Release(t.TryAcquire(b, key))
 }
 
 // closeBound is how soon a pending Acquire must return after Close: a
@@ -558,46 +491,46 @@ func caseClosedLocker(t *T) {
 const closeBound = 3 * time.Second
 
 func caseCloseEndsAcquire(t *T) {
-	a, b, c := t.locker(), t.locker(), t.locker()
-	key := t.key("k")
-	lk := t.acquire(a, key, locker.WithTTL(t.longTTL()))
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("k")
+	lk := t.Acquire(a, key, locker.WithTTL(t.LongTTL()))
 	errc := make(chan error, 1)
 	go func() {
-		lk, err := b.Acquire(t.ctx, key, locker.WithTTL(t.longTTL()))
+		lk, err := b.Acquire(t.Context(), key, locker.WithTTL(t.LongTTL()))
 		if err == nil {
-			lk.Release(t.ctx)
+			lk.Release(t.Context())
 		}
 		errc <- err
 	}()
 	// Let it start waiting; a Close that comes first must end it the same way.
-	if t.closedWithin(t.ctx.Done(), 50*time.Millisecond) {
+	if t.ClosedWithin(t.Context().Done(), 50*time.Millisecond) {
 		t.Fatalf("context ended")
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }()
 	select {
 	case err := <-errc:
-		t.wantErr(err, locker.ErrClosed, "Acquire pending when its Locker closed")
+		t.WantErr(err, locker.ErrClosed, "Acquire pending when its Locker closed")
 	case <-time.After(closeBound):
 		t.Fatalf("Acquire did not return within %v of its Locker's Close", closeBound)
 	}
 	if err := <-closed; err != nil {
 		t.Errorf("Close with an Acquire pending = %v, want nil", err)
 	}
-	t.release(lk)
-	lkC := t.acquireWithin(c, key, t.longTTL()/2, "after the holder released, with a closed waiter before us")
-	t.release(lkC)
+	t.Release(lk)
+	lkC := t.AcquireWithin(c, key, t.LongTTL()/2, "after the holder released, with a closed waiter before us")
+	t.Release(lkC)
 }
 
 func caseInvalidInput(t *T) {
-	l := t.locker()
-	caps := t.caps()
+	l := t.Locker()
+	caps := t.Capabilities()
 	tooLong := strings.Repeat("k", caps.MaxKeyLen+1)
 	for _, k := range []string{"", tooLong} {
-		_, err := l.TryAcquire(t.ctx, k)
-		t.wantErr(err, locker.ErrInvalidKey, fmt.Sprintf("TryAcquire with a %d-byte key", len(k)))
-		_, err = l.Acquire(t.ctx, k)
-		t.wantErr(err, locker.ErrInvalidKey, fmt.Sprintf("Acquire with a %d-byte key", len(k)))
+		_, err := l.TryAcquire(t.Context(), k)
+		t.WantErr(err, locker.ErrInvalidKey, fmt.Sprintf("TryAcquire with a %d-byte key", len(k)))
+		_, err = l.Acquire(t.Context(), k)
+		t.WantErr(err, locker.ErrInvalidKey, fmt.Sprintf("Acquire with a %d-byte key", len(k)))
 		if err != nil && !strings.Contains(strings.ToLower(err.Error()), "key") {
 			t.Errorf("error for an invalid key does not say what is wrong: %v", err)
 		}
@@ -610,34 +543,34 @@ func caseInvalidInput(t *T) {
 		ttls = append(ttls, caps.MaxTTL+time.Millisecond)
 	}
 	for _, ttl := range ttls {
-		_, err := l.TryAcquire(t.ctx, t.key("k"), locker.WithTTL(ttl))
-		t.wantErr(err, locker.ErrInvalidTTL, fmt.Sprintf("TryAcquire with TTL %v", ttl))
+		_, err := l.TryAcquire(t.Context(), t.Key("k"), locker.WithTTL(ttl))
+		t.WantErr(err, locker.ErrInvalidTTL, fmt.Sprintf("TryAcquire with TTL %v", ttl))
 		if err != nil && !strings.Contains(strings.ToLower(err.Error()), "ttl") {
 			t.Errorf("error for an invalid TTL does not say what is wrong: %v", err)
 		}
 	}
-	lk := t.tryAcquire(l, t.key("k"), locker.WithTTL(t.longTTL()))
+	lk := t.TryAcquire(l, t.Key("k"), locker.WithTTL(t.LongTTL()))
 	for _, ttl := range ttls {
-		t.wantErr(lk.Refresh(t.ctx, ttl), locker.ErrInvalidTTL, fmt.Sprintf("Refresh with TTL %v", ttl))
+		t.WantErr(lk.Refresh(t.Context(), ttl), locker.ErrInvalidTTL, fmt.Sprintf("Refresh with TTL %v", ttl))
 	}
 	// None of the rejected calls may have left anything behind.
-	t.release(lk)
-	t.release(t.tryAcquire(t.locker(), t.key("k")))
+	t.Release(lk)
+	t.Release(t.TryAcquire(t.Locker(), t.Key("k")))
 }
 
 func caseFencing(t *T) {
-	a, b := t.locker(), t.locker()
-	key := t.key("k")
-	fenced := t.caps().Fencing
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	fenced := t.Capabilities().Fencing
 	var last uint64
 	for i := range 6 {
 		l := a
 		if i%2 == 1 {
 			l = b
 		}
-		lk := t.acquire(l, key)
+		lk := t.Acquire(l, key)
 		f, ok := lk.Fence()
-		t.release(lk)
+		t.Release(lk)
 		if !fenced {
 			if ok {
 				t.Fatalf("Fence() = %d, true on a backend whose Capabilities().Fencing is false", f)
@@ -658,29 +591,29 @@ func caseFencing(t *T) {
 }
 
 func caseLostOnExpiry(t *T) {
-	a, b := t.locker(), t.locker()
-	key := t.key("k")
-	ttl := t.ttl()
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	ttl := t.TTL()
 	start := time.Now()
-	lk := t.acquire(a, key, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
+	lk := t.Acquire(a, key, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
 	if isClosed(lk.Lost()) {
 		t.Fatalf("Lost() closed right after Acquire of a %v lock", ttl)
 	}
-	if !t.closedWithin(lk.Lost(), t.expiryBound(ttl)) {
+	if !t.ClosedWithin(lk.Lost(), t.ExpiryBound(ttl)) {
 		t.Fatalf("Lost() still open %v after Acquire with a %v TTL and no refresh", time.Since(start), ttl)
 	}
 	if el := time.Since(start); el < ttl/2 {
 		t.Errorf("Lost() closed after %v, well before the %v TTL ran out", el, ttl)
 	}
-	t.release(t.acquireWithin(b, key, t.expiryBound(ttl), "expired lock"))
+	t.Release(t.AcquireWithin(b, key, t.ExpiryBound(ttl), "expired lock"))
 }
 
 func caseDoCancelsOnLoss(t *T) {
-	l := t.locker()
-	key := t.key("k")
+	l := t.Locker()
+	key := t.Key("k")
 	ran := false
 	sentinel := errors.New("fn's own error")
-	err := locker.Do(t.ctx, l, key, func(ctx context.Context, lk locker.Lock) error {
+	err := locker.Do(t.Context(), l, key, func(ctx context.Context, lk locker.Lock) error {
 		ran = true
 		if lk.Key() != key {
 			t.Errorf("Do passed a lock on %q, want %q", lk.Key(), key)
@@ -691,21 +624,21 @@ func caseDoCancelsOnLoss(t *T) {
 		t.Errorf("Do = %v (fn ran: %v), want fn's error", err, ran)
 	}
 	// Do released: the key is free.
-	t.release(t.tryAcquire(t.locker(), key))
+	t.Release(t.TryAcquire(t.Locker(), key))
 
-	ttl := t.ttl()
+	ttl := t.TTL()
 	var cause error
-	err = locker.Do(t.ctx, l, key, func(ctx context.Context, lk locker.Lock) error {
+	err = locker.Do(t.Context(), l, key, func(ctx context.Context, lk locker.Lock) error {
 		select {
 		case <-ctx.Done():
 			cause = context.Cause(ctx)
-		case <-time.After(t.expiryBound(ttl)):
-			t.Errorf("fn's context not cancelled %v after Acquire of a %v lock without refresh", t.expiryBound(ttl), ttl)
+		case <-time.After(t.ExpiryBound(ttl)):
+			t.Errorf("fn's context not cancelled %v after Acquire of a %v lock without refresh", t.ExpiryBound(ttl), ttl)
 		}
 		return nil
 	}, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
-	t.wantErr(cause, locker.ErrNotHeld, "the cause of fn's cancelled context")
-	t.wantErr(err, locker.ErrNotHeld, "Do's error after the lock was lost")
+	t.WantErr(cause, locker.ErrNotHeld, "the cause of fn's cancelled context")
+	t.WantErr(err, locker.ErrNotHeld, "Do's error after the lock was lost")
 }
 
 // fencedResource is a resource protected by a lock: it counts holders
@@ -746,25 +679,25 @@ const criticalSection = 200 * time.Microsecond
 
 func caseStress(t *T) {
 	const clients, rounds = 4, 25
-	key := t.key("k")
+	key := t.Key("k")
 	var res fencedResource
 	var wg sync.WaitGroup
 	start := make(chan struct{}) // all clients contend from the first round
 	for range clients {
-		l := t.locker()
+		l := t.Locker()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
 			for range rounds {
-				lk, err := l.Acquire(t.ctx, key, locker.WithTTL(t.longTTL()))
+				lk, err := l.Acquire(t.Context(), key, locker.WithTTL(t.LongTTL()))
 				if err != nil {
 					t.Errorf("Acquire under contention: %v", err)
 					return
 				}
 				f, ok := lk.Fence()
 				res.write(f, ok)
-				if err := lk.Release(t.ctx); err != nil {
+				if err := lk.Release(t.Context()); err != nil {
 					t.Errorf("Release under contention: %v", err)
 					return
 				}

@@ -20,8 +20,32 @@
 // the reason, never by name.
 //
 // The cases use keys under "conformance/<random run id>/", so a run against
-// a shared deployment touches nothing else, and leaves nothing behind once
-// the TTLs used (a few seconds at most by default) have passed.
+// a shared deployment touches nothing else. Every case releases what it
+// takes; what a crashed client or an interrupted run leaves behind expires
+// with the longest TTL a case uses (plus the backend's ExpirySlack):
+// T.LongTTL, or a minute for the lock held while an Acquire is cancelled
+// (less where the backend's MaxTTL is lower).
+//
+// # Cases of your own
+//
+// Harness.Cases adds cases to a run: checks a team wants of its own
+// deployment, such as the TTLs its services use or how soon a released key
+// reaches a waiter. They run after the built-in cases, in Run as subtests
+// and in Check as rows of the Report, with the same helpers the built-in
+// cases use (see T). The package conformancesuite runs the suite as a
+// testify suite.
+//
+// # Running time
+//
+// A run spends most of its time waiting: the cases that check expiry wait
+// out the harness's TTL plus the backend's Capabilities.ExpirySlack plus
+// Harness.Slack, several times each, so a backend whose locks expire late
+// (a ZooKeeper session timeout) takes longer than one that expires them on
+// time. The TIME column of a Report, or go test -v, shows where the time
+// goes; to see it for the embedded backend and for each server:
+//
+//	go test -count=1 -v -run 'TestConformance' ./memory
+//	eval $(scripts/services.sh env) && go test -count=1 -v -run 'TestConformance' ./redis ./redlock ./zookeeper ./etcd
 package conformance
 
 import (
@@ -30,9 +54,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"runtime"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -65,6 +88,9 @@ type Harness struct {
 	// suite waits for an expired or crashed holder's lock to move on,
 	// for timers and scheduling on a loaded machine. Default: DefaultSlack.
 	Slack time.Duration
+	// Cases are run after the built-in cases, in order. Each needs a
+	// Name no other case has, a Rule and a Func. Default: none.
+	Cases []Case
 }
 
 // DefaultSlack is the default Harness.Slack.
@@ -73,7 +99,9 @@ const DefaultSlack = 500 * time.Millisecond
 // URLHarness returns a Harness whose clients open rawURL through
 // locker.Open, each behind its own loopback proxies (one per host in the
 // URL), so that Crash can cut one client off without touching the servers
-// or the other clients. The backend's package must be imported.
+// or the other clients. The backend's package must be imported. A URL
+// without hosts (memory://) has nothing to cut: its clients cannot crash,
+// and the cases that need a crash are skipped.
 func URLHarness(rawURL string) Harness {
 	return Harness{NewClient: func(ctx context.Context) (Client, error) {
 		u, proxies, err := ProxyURL(rawURL)
@@ -90,15 +118,15 @@ func URLHarness(rawURL string) Harness {
 			closeAll()
 			return Client{}, err
 		}
-		return Client{
-			Locker: l,
-			Crash: func() {
+		c := Client{Locker: l, Cleanup: closeAll}
+		if len(proxies) > 0 {
+			c.Crash = func() {
 				for _, p := range proxies {
 					p.Cut()
 				}
-			},
-			Cleanup: closeAll,
-		}, nil
+			}
+		}
+		return c, nil
 	}}
 }
 
@@ -175,19 +203,20 @@ func (r Report) String() string {
 	return b.String()
 }
 
-// Run runs every case as a subtest of t.
+// Run runs every case, the built-in ones and then h.Cases, as a subtest
+// of t.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	s, err := newSuite(context.Background(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range s.cases {
+		t.Run(c.Name, func(t *testing.T) {
 			res := s.run(context.Background(), c)
 			switch res.Status {
 			case Fail:
-				t.Errorf("rule broken: %s\n%s", c.rule, res.Detail)
+				t.Errorf("rule broken: %s\n%s", c.Rule, res.Detail)
 			case Skip:
 				t.Skip(res.Detail)
 			}
@@ -195,15 +224,16 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
-// Check runs every case and returns the report. The error is non-nil when
-// a case failed or the harness could not make a client.
+// Check runs every case, the built-in ones and then h.Cases, and returns
+// the report. The error is non-nil when a case failed, the harness could
+// not make a client, or h.Cases is not valid.
 func Check(ctx context.Context, h Harness) (Report, error) {
 	s, err := newSuite(ctx, h)
 	if err != nil {
 		return Report{}, err
 	}
 	rep := Report{Capabilities: s.caps}
-	for _, c := range cases {
+	for _, c := range s.cases {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
@@ -219,23 +249,18 @@ func Check(ctx context.Context, h Harness) (Report, error) {
 	return rep, nil
 }
 
-// Names returns the names of the cases, in the order they run.
+// Names returns the names of the built-in cases, in the order they run.
 func Names() []string {
 	n := make([]string, len(cases))
 	for i, c := range cases {
-		n[i] = c.name
+		n[i] = c.Name
 	}
 	return n
 }
 
-type testCase struct {
-	name string
-	rule string
-	fn   func(*T)
-}
-
 type suite struct {
 	h     Harness
+	cases []Case // the built-in cases, then h.Cases
 	caps  locker.Capabilities
 	runID string
 }
@@ -243,6 +268,10 @@ type suite struct {
 func newSuite(ctx context.Context, h Harness) (*suite, error) {
 	if h.NewClient == nil {
 		return nil, errors.New("conformance: Harness.NewClient is nil")
+	}
+	all, err := withOwnCases(h.Cases)
+	if err != nil {
+		return nil, err
 	}
 	c, err := h.NewClient(ctx)
 	if err != nil {
@@ -261,15 +290,41 @@ func newSuite(ctx context.Context, h Harness) (*suite, error) {
 	}
 	var id [4]byte
 	rand.Read(id[:])
-	return &suite{h: h, caps: caps, runID: hex.EncodeToString(id[:])}, nil
+	return &suite{h: h, cases: all, caps: caps, runID: hex.EncodeToString(id[:])}, nil
 }
 
-func (s *suite) run(ctx context.Context, c testCase) Result {
+// withOwnCases returns the built-in cases followed by own, or an error
+// that says which of own is not valid.
+func withOwnCases(own []Case) ([]Case, error) {
+	builtIn := make(map[string]bool, len(cases))
+	for _, c := range cases {
+		builtIn[c.Name] = true
+	}
+	seen := make(map[string]bool, len(own))
+	for i, c := range own {
+		switch {
+		case c.Name == "":
+			return nil, fmt.Errorf("conformance: Harness.Cases[%d] has no Name", i)
+		case builtIn[c.Name]:
+			return nil, fmt.Errorf("conformance: Harness.Cases[%d]: %q is the name of a built-in case", i, c.Name)
+		case seen[c.Name]:
+			return nil, fmt.Errorf("conformance: Harness.Cases[%d]: the name %q is used twice", i, c.Name)
+		case c.Rule == "":
+			return nil, fmt.Errorf("conformance: Harness.Cases[%d] (%q) has no Rule", i, c.Name)
+		case c.Func == nil:
+			return nil, fmt.Errorf("conformance: Harness.Cases[%d] (%q) has no Func", i, c.Name)
+		}
+		seen[c.Name] = true
+	}
+	return append(slices.Clip(cases), own...), nil
+}
+
+func (s *suite) run(ctx context.Context, c Case) Result {
 	// Every case finishes well within this, unless a lock never frees.
 	budget := 30*time.Second + 20*(s.h.TTL+s.caps.ExpirySlack+s.h.Slack)
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	t := &T{ctx: ctx, s: s, name: c.name}
+	t := &T{ctx: ctx, s: s, name: c.Name}
 	start := time.Now()
 	done := make(chan struct{})
 	go func() {
@@ -279,11 +334,11 @@ func (s *suite) run(ctx context.Context, c testCase) Result {
 				t.fail(fmt.Sprintf("panic: %v", r))
 			}
 		}()
-		c.fn(t)
+		c.Func(t)
 	}()
 	<-done
 	t.runCleanups()
-	res := Result{Name: c.name, Rule: c.rule, Status: Pass, Elapsed: time.Since(start)}
+	res := Result{Name: c.Name, Rule: c.Rule, Status: Pass, Elapsed: time.Since(start)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -294,102 +349,3 @@ func (s *suite) run(ctx context.Context, c testCase) Result {
 	}
 	return res
 }
-
-// T is the state of one running case. Its methods may be called from any
-// goroutine of the case; Fatalf and Skipf end the calling goroutine.
-type T struct {
-	ctx  context.Context
-	s    *suite
-	name string
-
-	mu       sync.Mutex
-	failures []string
-	skipped  string
-	cleanups []func()
-}
-
-func (t *T) fail(msg string) {
-	t.mu.Lock()
-	t.failures = append(t.failures, msg)
-	t.mu.Unlock()
-}
-
-// Errorf records a failure and goes on.
-func (t *T) Errorf(format string, args ...any) { t.fail(fmt.Sprintf(format, args...)) }
-
-// Fatalf records a failure and ends the calling goroutine.
-func (t *T) Fatalf(format string, args ...any) {
-	t.fail(fmt.Sprintf(format, args...))
-	runtime.Goexit()
-}
-
-// Skipf records why the case does not apply and ends it.
-func (t *T) Skipf(format string, args ...any) {
-	t.mu.Lock()
-	t.skipped = fmt.Sprintf(format, args...)
-	t.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (t *T) cleanup(f func()) {
-	t.mu.Lock()
-	t.cleanups = append(t.cleanups, f)
-	t.mu.Unlock()
-}
-
-func (t *T) runCleanups() {
-	t.mu.Lock()
-	cs := t.cleanups
-	t.cleanups = nil
-	t.mu.Unlock()
-	for i := len(cs) - 1; i >= 0; i-- {
-		cs[i]()
-	}
-}
-
-// client makes a new client, closed when the case ends.
-func (t *T) client() Client {
-	c, err := t.s.h.NewClient(t.ctx)
-	if err != nil {
-		t.Fatalf("harness: cannot make a client: %v", err)
-	}
-	t.cleanup(func() {
-		c.Locker.Close()
-		if c.Cleanup != nil {
-			c.Cleanup()
-		}
-	})
-	return c
-}
-
-// locker makes a new client and returns its Locker.
-func (t *T) locker() locker.Locker { return t.client().Locker }
-
-// crashable makes a client that can crash, or skips the case.
-func (t *T) crashable() Client {
-	c := t.client()
-	if c.Crash == nil {
-		t.Skipf("the harness cannot crash a client (Client.Crash is nil)")
-	}
-	return c
-}
-
-// key returns a key unique to this run and case.
-func (t *T) key(suffix string) string {
-	return "conformance/" + t.s.runID + "/" + t.name + "/" + suffix
-}
-
-// ttl is the harness's short TTL.
-func (t *T) ttl() time.Duration { return t.s.h.TTL }
-
-// longTTL is a TTL no case waits out: when a case must tell an event
-// caused by a release from one caused by expiry, the lock has this TTL.
-func (t *T) longTTL() time.Duration { return max(20*t.s.h.TTL, 10*time.Second) }
-
-// expiryBound is how long after a holder stopped refreshing its lock may
-// still block others: TTL + ExpirySlack + Slack.
-func (t *T) expiryBound(ttl time.Duration) time.Duration {
-	return ttl + t.s.caps.ExpirySlack + t.s.h.Slack
-}
-
-func (t *T) caps() locker.Capabilities { return t.s.caps }

@@ -54,11 +54,16 @@ func NewProxy(target string) (*Proxy, error) {
 // ProxyURL starts a Proxy for every host of the locker URL rawURL
 // (redlock://h1:p1,h2:p2,... has several) and returns rawURL with each host
 // replaced by its proxy's address, and the proxies in the order of the
-// hosts. The caller closes the proxies.
+// hosts. The caller closes the proxies. A memory:// URL is returned as it
+// is, with no proxy: its host part names an in-process store, not a
+// server.
 func ProxyURL(rawURL string) (string, []*Proxy, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "", nil, fmt.Errorf("conformance: malformed URL: %w", err)
+	}
+	if strings.EqualFold(u.Scheme, "memory") {
+		return rawURL, nil, nil
 	}
 	var (
 		proxies []*Proxy

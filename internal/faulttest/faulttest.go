@@ -84,11 +84,6 @@ type Config struct {
 	Slack time.Duration
 	// Logf, if set, receives a line per notable event.
 	Logf func(format string, args ...any)
-	// SkipKeyCheck leaves out the check that every key can be taken again
-	// once the faults stop, for a backend with a known liveness defect
-	// that would otherwise fail every other run and hide the rest; the
-	// caller says which defect and runs the check elsewhere.
-	SkipKeyCheck bool
 	// Describe, if set, tells what the servers hold for a key, read when
 	// the key is found blocked after the faults stopped, so that the
 	// report says who blocks it.
@@ -160,9 +155,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	r.contend(ctx)
-	if !r.cfg.SkipKeyCheck {
-		r.checkKeys(ctx)
-	}
+	r.checkKeys(ctx)
 	r.closeAll()
 	r.oracle.check()
 	r.mu.Lock()

@@ -13,7 +13,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/distlock/locker"
 	"github.com/distlock/locker/internal/faulttest"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/memory"
@@ -48,8 +47,8 @@ var backends = []backendCase{
 		store := memory.NewStore()
 		return faulttest.Config{
 			Open: func(context.Context) (*faulttest.Client, error) {
-				d := memory.NewDriver(store)
-				return &faulttest.Client{Locker: locker.New(d, nil), Crash: d.Cut}, nil
+				c := memory.NewClient(&memory.Options{Store: store})
+				return &faulttest.Client{Locker: c.Locker, Crash: c.Crash}, nil
 			},
 			TTLs: []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second},
 		}
@@ -89,20 +88,10 @@ var backends = []backendCase{
 	{"etcd", 22 * time.Second, func(t *testing.T) faulttest.Config {
 		url := testenv.Get(t, testenv.EtcdURL)
 		return faulttest.Config{
-			// Known defect, open in issue 15: about one run in four, a
-			// queue entry outlives the lock it belonged to on a lease the
-			// Locker keeps alive (a lease lingers a minute after its last
-			// user), and the key stays blocked past TTL + ExpirySlack;
-			// seen with the entry on its own lease and on a lease a
-			// TTL-changing refresh moved it to. make torture
-			// (LOCKER_TORTURE_DURATION set) still checks it, and fails
-			// until it is found; safety (no overlapping beliefs, fences)
-			// is checked on every run.
-			SkipKeyCheck: os.Getenv(tortureEnv) == "",
-			Describe:     describeEtcd(url),
-			Open:         faulttest.Proxied(url),
-			TTLs:         []time.Duration{2 * time.Second, 3 * time.Second, 5 * time.Second},
-			MaxLatency:   300 * time.Millisecond,
+			Describe:   describeEtcd(url),
+			Open:       faulttest.Proxied(url),
+			TTLs:       []time.Duration{2 * time.Second, 3 * time.Second, 5 * time.Second},
+			MaxLatency: 300 * time.Millisecond,
 		}
 	}},
 }

@@ -64,8 +64,12 @@ func (r Result) String() string {
 	if r.RequestsPerSec >= 0 {
 		req = fmt.Sprintf("%.0f/s", r.RequestsPerSec)
 	}
-	return fmt.Sprintf("%d locks, %s: acquired in %v, held %v, lost %d, goroutines +%d, heap %.0f B/lock, server requests %s",
+	s := fmt.Sprintf("%d locks, %s: acquired in %v, held %v, lost %d, goroutines +%d, heap %.0f B/lock, server requests %s",
 		r.N, ttl, r.Acquiring.Round(time.Millisecond), r.Held.Round(time.Millisecond), r.Lost, r.Goroutines, r.HeapPerLock, req)
+	if r.LostCause != nil {
+		s += fmt.Sprintf(" (the first lost: %v)", r.LostCause)
+	}
+	return s
 }
 
 // Run acquires cfg.N keys, holds them for cfg.Hold, counts what was lost

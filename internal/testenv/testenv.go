@@ -18,12 +18,22 @@ const (
 	RedisURL        = "LOCKER_TEST_REDIS_URL"         // redis://host:port, one instance
 	RedlockURL      = "LOCKER_TEST_REDLOCK_URL"       // redlock://h1:p1,...,h5:p5
 	RedisClusterURL = "LOCKER_TEST_REDIS_CLUSTER_URL" // redis://h1:p1,h2:p2,h3:p3
-	ZooKeeperURL    = "LOCKER_TEST_ZK_URL"            // zookeeper://host:port
-	EtcdURL         = "LOCKER_TEST_ETCD_URL"          // etcd://host:port
-	ServicesDir     = "LOCKER_TEST_SERVICES_DIR"      // state directory of the servers
-	RedisServer     = "LOCKER_TEST_REDIS_SERVER"      // path of the redis-server binary
-	ZKClasspath     = "LOCKER_TEST_ZK_CLASSPATH"      // java classpath of ZooKeeper
-	EtcdBin         = "LOCKER_TEST_ETCD_BIN"          // path of the etcd binary
+	// RedisSentinelURL: redis+sentinel://s1:p1,s2:p2/locker, Sentinels
+	// (quorum 1) watching a master and its replica.
+	RedisSentinelURL = "LOCKER_TEST_REDIS_SENTINEL_URL"
+	// RedisTLSURL: rediss://host:port?cacert=...&cert=...&key=..., a
+	// server that speaks TLS only and requires a client certificate.
+	RedisTLSURL = "LOCKER_TEST_REDIS_TLS_URL"
+	// RedisTLSDir holds the TLS server's throwaway CA (ca.crt), its
+	// certificate (server.crt, server.key) and a client certificate
+	// (client.crt, client.key).
+	RedisTLSDir  = "LOCKER_TEST_REDIS_TLS_DIR"
+	ZooKeeperURL = "LOCKER_TEST_ZK_URL"       // zookeeper://host:port
+	EtcdURL      = "LOCKER_TEST_ETCD_URL"     // etcd://host:port
+	ServicesDir  = "LOCKER_TEST_SERVICES_DIR" // state directory of the servers
+	RedisServer  = "LOCKER_TEST_REDIS_SERVER" // path of the redis-server binary
+	ZKClasspath  = "LOCKER_TEST_ZK_CLASSPATH" // java classpath of ZooKeeper
+	EtcdBin      = "LOCKER_TEST_ETCD_BIN"     // path of the etcd binary
 )
 
 // ZooKeeperEnsembleURL is the variable with the three-member ZooKeeper

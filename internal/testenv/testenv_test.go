@@ -3,10 +3,14 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +44,44 @@ func TestServersAnswer(t *testing.T) {
 			got := roundTrip(t, addr, "CLUSTER INFO\r\n", "\r\n")
 			if !strings.Contains(got, "cluster_state:ok") {
 				t.Errorf("cluster node %s: CLUSTER INFO says %q", addr, got)
+			}
+		}
+	})
+	t.Run("redis-sentinel", func(t *testing.T) {
+		for _, addr := range hosts(t, Get(t, RedisSentinelURL)) {
+			got := roundTrip(t, addr, "SENTINEL GET-MASTER-ADDR-BY-NAME locker\r\n", "\r\n")
+			if got != "*2" {
+				t.Errorf("sentinel %s: GET-MASTER-ADDR-BY-NAME locker answered %q, want an address", addr, got)
+			}
+		}
+	})
+	t.Run("redis-tls", func(t *testing.T) {
+		dir := Get(t, RedisTLSDir)
+		for _, addr := range hosts(t, Get(t, RedisTLSURL)) {
+			pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			roots := x509.NewCertPool()
+			roots.AppendCertsFromPEM(ca)
+			d := tls.Dialer{Config: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}}}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				t.Fatalf("TLS redis at %s: %v", addr, err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err = io.WriteString(c, "PING\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "+PONG\r\n" {
+				t.Errorf("TLS redis at %s answered PING with %q, %v", addr, line, err)
 			}
 		}
 	})

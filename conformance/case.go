@@ -1,0 +1,239 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/distlock/locker"
+)
+
+// Case is one check of the suite: a named row of the Report, or a subtest
+// in Run, with the rule it checks. Harness.Cases adds cases of one's own
+// to a run.
+type Case struct {
+	// Name names the case in the Report and as a subtest; it also goes
+	// into the keys of T.Key. Short and lower-case, words joined by '-',
+	// as the built-in cases' names are.
+	Name string
+	// Rule is the rule the case checks, as a sentence; a failure reports
+	// it as the rule broken.
+	Rule string
+	// Func runs the case. It passes unless it calls Errorf, Fatalf or
+	// FailNow, or panics; Skipf skips it.
+	Func func(*T)
+}
+
+// T is the state of one running case, handed to its Func. Its methods may
+// be called from any goroutine of the case; Fatalf, FailNow and Skipf end
+// the calling goroutine only, so a case that starts goroutines waits for
+// them before it returns.
+//
+// T has Errorf and FailNow, so the assertions of packages that accept
+// any such value (testify's assert and require) work in a case.
+type T struct {
+	ctx  context.Context
+	s    *suite
+	name string
+
+	mu       sync.Mutex
+	failures []string
+	skipped  string
+	cleanups []func()
+}
+
+func (t *T) fail(msg string) {
+	t.mu.Lock()
+	t.failures = append(t.failures, msg)
+	t.mu.Unlock()
+}
+
+// Errorf records a failure and goes on.
+func (t *T) Errorf(format string, args ...any) { t.fail(fmt.Sprintf(format, args...)) }
+
+// Fatalf records a failure and ends the calling goroutine.
+func (t *T) Fatalf(format string, args ...any) {
+	t.fail(fmt.Sprintf(format, args...))
+	runtime.Goexit()
+}
+
+// FailNow marks the case failed, if nothing has yet, and ends the calling
+// goroutine.
+func (t *T) FailNow() {
+	t.mu.Lock()
+	if len(t.failures) == 0 {
+		t.failures = append(t.failures, "FailNow called")
+	}
+	t.mu.Unlock()
+	runtime.Goexit()
+}
+
+// Skipf records why the case does not apply and ends it.
+func (t *T) Skipf(format string, args ...any) {
+	t.mu.Lock()
+	t.skipped = fmt.Sprintf(format, args...)
+	t.mu.Unlock()
+	runtime.Goexit()
+}
+
+// Name returns the case's name.
+func (t *T) Name() string { return t.name }
+
+// Context returns the context every call of the case takes: it ends when
+// the context given to Check does, or when the case runs out of its time
+// budget, far longer than any case needs unless a lock never frees.
+func (t *T) Context() context.Context { return t.ctx }
+
+// Cleanup registers f to run once the case's Func has returned, the last
+// registered first.
+func (t *T) Cleanup(f func()) {
+	t.mu.Lock()
+	t.cleanups = append(t.cleanups, f)
+	t.mu.Unlock()
+}
+
+func (t *T) runCleanups() {
+	t.mu.Lock()
+	cs := t.cleanups
+	t.cleanups = nil
+	t.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
+}
+
+// Capabilities returns what the backend under test claims, as a client
+// reported it when the run began.
+func (t *T) Capabilities() locker.Capabilities { return t.s.caps }
+
+// Client makes a new client of the deployment with Harness.NewClient,
+// independent of every other, as a separate process is. It is closed when
+// the case ends. If the harness cannot make one, the case fails and the
+// calling goroutine ends.
+func (t *T) Client() Client {
+	c, err := t.s.h.NewClient(t.ctx)
+	if err != nil {
+		t.Fatalf("harness: cannot make a client: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Locker.Close()
+		if c.Cleanup != nil {
+			c.Cleanup()
+		}
+	})
+	return c
+}
+
+// Locker makes a new client, as Client does, and returns its Locker.
+func (t *T) Locker() locker.Locker { return t.Client().Locker }
+
+// CrashableClient makes a new client, as Client does, whose Crash is set;
+// if the harness cannot crash a client, it skips the case.
+func (t *T) CrashableClient() Client {
+	c := t.Client()
+	if c.Crash == nil {
+		t.Skipf("the harness cannot crash a client (Client.Crash is nil)")
+	}
+	return c
+}
+
+// Key returns a key unique to this run and case:
+// "conformance/<run id>/<case name>/<suffix>".
+func (t *T) Key(suffix string) string {
+	return "conformance/" + t.s.runID + "/" + t.name + "/" + suffix
+}
+
+// TTL returns the harness's short TTL (Harness.TTL, or its default), for
+// locks a case waits to expire.
+func (t *T) TTL() time.Duration { return t.s.h.TTL }
+
+// LongTTL returns a TTL no case waits out: when a case must tell an event
+// caused by a release from one caused by expiry, the lock has this TTL.
+func (t *T) LongTTL() time.Duration { return max(20*t.s.h.TTL, 10*time.Second) }
+
+// ExpiryBound returns how long a lock with the given TTL may still block
+// others after its holder stopped refreshing it: ttl +
+// Capabilities().ExpirySlack + Harness.Slack.
+func (t *T) ExpiryBound(ttl time.Duration) time.Duration {
+	return ttl + t.s.caps.ExpirySlack + t.s.h.Slack
+}
+
+// Acquire takes key with l.Acquire, or fails the case and ends the calling
+// goroutine.
+func (t *T) Acquire(l locker.Locker, key string, opts ...locker.Option) locker.Lock {
+	lk, err := l.Acquire(t.ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return lk
+}
+
+// TryAcquire takes key, expected free, with l.TryAcquire, or fails the
+// case and ends the calling goroutine.
+func (t *T) TryAcquire(l locker.Locker, key string, opts ...locker.Option) locker.Lock {
+	lk, err := l.TryAcquire(t.ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) on a free key: %v", key, err)
+	}
+	return lk
+}
+
+// AcquireWithin takes key with l.Acquire and a TTL of LongTTL within d, or
+// fails the case, saying why the key should have been free by then, and
+// ends the calling goroutine.
+func (t *T) AcquireWithin(l locker.Locker, key string, d time.Duration, why string) locker.Lock {
+	ctx, cancel := context.WithTimeout(t.ctx, d)
+	defer cancel()
+	lk, err := l.Acquire(ctx, key, locker.WithTTL(t.LongTTL()))
+	if err != nil {
+		t.Fatalf("%s: Acquire(%q) did not succeed within %v: %v", why, key, d, err)
+	}
+	return lk
+}
+
+// Release releases lk, or fails the case and ends the calling goroutine.
+func (t *T) Release(lk locker.Lock) {
+	if err := lk.Release(t.ctx); err != nil {
+		t.Fatalf("Release(%q): %v", lk.Key(), err)
+	}
+}
+
+// WantNotAcquired checks that l.TryAcquire(key) fails with ErrNotAcquired,
+// or fails the case, saying why the key should be held, and ends the
+// calling goroutine.
+func (t *T) WantNotAcquired(l locker.Locker, key, why string) {
+	lk, err := l.TryAcquire(t.ctx, key, locker.WithTTL(t.LongTTL()))
+	if err == nil {
+		lk.Release(t.ctx)
+		t.Fatalf("%s: TryAcquire(%q) succeeded while another client holds the key", why, key)
+	}
+	if !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("%s: TryAcquire(%q) = %v, want ErrNotAcquired", why, key, err)
+	}
+}
+
+// WantErr records a failure unless errors.Is(err, target); what names the
+// call that returned err.
+func (t *T) WantErr(err, target error, what string) {
+	if !errors.Is(err, target) {
+		t.Errorf("%s: got error %v, want %v", what, err, target)
+	}
+}
+
+// ClosedWithin reports whether ch is closed within d; it reports false at
+// once if the case's context ends first.
+func (t *T) ClosedWithin(ch <-chan struct{}, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+		return false
+	case <-t.ctx.Done():
+		return false
+	}
+}
