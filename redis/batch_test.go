@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,28 +19,60 @@ import (
 	"github.com/distlock/locker/internal/testenv"
 )
 
-// TestRefreshBatch checks the pipelined refresh the watchdog uses, on both
-// client libraries: every lock still ours is extended, and a lock that is
-// not ours any more is reported as such without touching it.
+// countingConn counts the script calls the pipelines carry.
+type countingConn struct {
+	redisconn.Conn
+	calls int
+}
+
+func (c *countingConn) EvalMany(ctx context.Context, s *redisconn.Script, calls []redisconn.Call) []redisconn.Reply {
+	c.calls += len(calls)
+	return c.Conn.EvalMany(ctx, s, calls)
+}
+
+// TestRefreshBatch checks the batched refresh the watchdog uses, on both
+// client libraries and on a Cluster: every lock still ours is extended, a
+// lock that is not ours any more is reported as such without touching it,
+// and 250 locks cost a few script calls (100 locks each on one server, one
+// call per hash slot on a Cluster), not 250.
 func TestRefreshBatch(t *testing.T) {
 	u, err := url.Parse(testenv.Get(t, testenv.RedisURL))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cu, err := url.Parse(testenv.Get(t, testenv.RedisClusterURL))
+	if err != nil {
+		t.Fatal(err)
+	}
 	gc := goredis.NewClient(&goredis.Options{Addr: u.Host})
 	defer gc.Close()
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(cu.Host, ",")})
+	defer cc.Close()
 	pool := &redigo.Pool{Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", u.Host) }}
 	defer pool.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for name, c := range map[string]redisconn.Conn{"goredis": redisconn.NewGoRedis(gc, false), "redigo": redisconn.NewRedigo(pool, false)} {
-		t.Run(name, func(t *testing.T) {
+	const n = 250
+	for _, tc := range []struct {
+		name     string
+		raw      goredis.UniversalClient
+		c        redisconn.Conn
+		maxCalls int
+	}{
+		{"goredis", gc, redisconn.NewGoRedis(gc, false), 3},
+		{"redigo", gc, redisconn.NewRedigo(pool, false), 3},
+		// Each lock key is in a hash slot of its own, nearly always: a
+		// call per slot (0: count them), the fewest the Cluster allows.
+		{"cluster", cc, redisconn.NewGoRedis(cc, false), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			d := newDriver(c, log, wakePubSub)
+			counting := &countingConn{Conn: tc.c}
+			d := newDriver(counting, log)
 			defer d.Close()
-			base := fmt.Sprintf("batch/%s/%d", name, time.Now().UnixNano())
+			base := fmt.Sprintf("batch/%s/%d", tc.name, time.Now().UnixNano())
 			var locks []backend.Held
 			var ttls []time.Duration
-			for i := range 50 {
+			for i := range n {
 				acq, err := d.TryAcquire(ctx, backend.Request{Key: fmt.Sprintf("%s/%d", base, i), Token: fmt.Sprint("t", i), TTL: time.Second})
 				if err != nil {
 					t.Fatal(err)
@@ -49,10 +82,22 @@ func TestRefreshBatch(t *testing.T) {
 			}
 			// Lock 7 changes hands behind its holder's back.
 			stolen := fmt.Sprintf("%s/7", base)
-			if err := gc.Set(ctx, lockKey(stolen), "thief", time.Minute).Err(); err != nil {
+			if err := tc.raw.Set(ctx, lockKey(stolen), "thief", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
+			maxCalls := tc.maxCalls
+			if maxCalls == 0 {
+				slots := map[int]bool{}
+				for i := range n {
+					slots[redisconn.Slot(lockKey(fmt.Sprintf("%s/%d", base, i)))] = true
+				}
+				maxCalls = len(slots)
+			}
+			counting.calls = 0
 			errs := d.RefreshBatch(ctx, locks, ttls)
+			if counting.calls == 0 || counting.calls > maxCalls {
+				t.Errorf("%d locks refreshed in %d script calls, want 1 to %d", n, counting.calls, maxCalls)
+			}
 			for i, err := range errs {
 				if i == 7 {
 					if !errors.Is(err, backend.ErrNotHeld) {
@@ -68,16 +113,16 @@ func TestRefreshBatch(t *testing.T) {
 					t.Errorf("lock %d after a 1m refresh: TTL %v, %v", i, ttl, err)
 				}
 			}
-			if v, _ := gc.Get(ctx, lockKey(stolen)).Result(); v != "thief" {
+			if v, _ := tc.raw.Get(ctx, lockKey(stolen)).Result(); v != "thief" {
 				t.Errorf("the batch touched a lock that is not ours: value %q", v)
 			}
-			if ttl, _ := gc.PTTL(ctx, lockKey(stolen)).Result(); ttl > time.Minute {
+			if ttl, _ := tc.raw.PTTL(ctx, lockKey(stolen)).Result(); ttl > time.Minute {
 				t.Errorf("the batch extended a lock that is not ours: %v", ttl)
 			}
 			for _, l := range locks {
 				l.Release(ctx)
 			}
-			gc.Del(ctx, lockKey(stolen))
+			tc.raw.Del(ctx, lockKey(stolen))
 		})
 	}
 }

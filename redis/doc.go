@@ -2,20 +2,68 @@
 // failover group, or a Redis Cluster): the SET NX PX algorithm of the Redis
 // distlock page, with fencing tokens, release notices and a watchdog.
 //
-// # Opening
+// # URLs
 //
 // Import the package for its side effect and open by URL, or pass your own
 // client to New (go-redis v9) or NewRedigo (redigo):
 //
-//	redis://[user:password@]host:port[/db]        one server, go-redis
-//	rediss://...                                   the same over TLS
-//	redis://host:port?client=redigo                one server, redigo
-//	redis://h1:p1,h2:p2,h3:p3                      Redis Cluster (go-redis)
+//	redis://[user:password@]host:port[/db]        one server (db: 0 by default)
+//	redis://h1:p1,h2:p2,h3:p3                      Redis Cluster (go-redis only)
+//	redis+sentinel://[user:password@]s1:p1,s2:p2/master-name[/db]
+//	                                               the master that Sentinels name
+//	                                               (go-redis's failover client only)
+//	rediss://..., rediss+sentinel://...            the same over TLS
 //
-// Parameters besides the shared ttl and prefix: client (goredis, the
-// default, or redigo), timeout (socket read/write timeout, a Go duration)
-// and allow_eviction (see below). A Locker closes only clients it opened
-// from a URL.
+// Parameters besides the shared ttl and prefix:
+//   - client: goredis (the default) or redigo. redigo has neither a
+//     Cluster nor a Sentinel client: with those, client=redigo is an error.
+//   - timeout: the socket read and write timeout, a Go duration.
+//   - allow_eviction: see Guarantees below.
+//   - cacert, cert, key (TLS schemes only): file names of the CA that signed
+//     the server's certificate (instead of the system's roots), and of a
+//     client certificate and its key, which go together. On redis:// they
+//     are an error; a file that is missing or holds no PEM data is an error
+//     that names it. The server's name (the URL's host) is verified.
+//   - sentinel_user, sentinel_password (Sentinel schemes only): the
+//     Sentinels' own credentials; the user and password of the URL are the
+//     master's.
+//
+// A host without a port gets 6379, a Sentinel without one 26379.
+//
+// Open looks at the servers before it trusts them, and fails with an error
+// that names the problem: a database the server does not have (with the
+// number it has, when CONFIG GET is allowed), several hosts that are not
+// Redis Cluster nodes (use redlock:// for independent masters, or give one
+// host), a Sentinel opened with redis:// or a server opened as a Sentinel,
+// a master name no Sentinel knows, a TLS handshake that fails (a
+// plain-text server given as rediss:// is told apart by a PING sent in
+// the clear on a connection of its own, so the error comes within a
+// fraction of a second instead of a timeout), a server that closes the
+// connection of a redis:// client (one that expects TLS). A single host
+// that is a Cluster node is opened with go-redis's Cluster client, since a
+// plain client would be answered MOVED for the keys of the other nodes'
+// slots; a database other than 0 there is an error. Passwords, the URL's
+// and sentinel_password, appear in no error. A Locker closes only clients
+// it opened from a URL.
+//
+// # Client libraries' logs
+//
+// The Locker logs through Config.Logger (locker.WithLogger), slog.Default
+// by default. go-redis also logs on its own, through one process-wide
+// logger (dial failures, Sentinel master switches); the library never
+// replaces it, as that belongs to the application. Route it with
+// goredis.SetLogger (an adapter with a Printf(ctx, format, args...)
+// method, e.g. one that calls slog.Default().Warn), or silence it with
+// logging.Disable from github.com/redis/go-redis/v9/logging. redigo does
+// not log.
+//
+// After Close returns, a Locker opened from a URL makes no connection to
+// any server: go-redis dials in goroutines that outlive the client's
+// Close, so the client is built with a dialer that Close shuts, cancelling
+// the dials in flight and refusing the rest at once. A dial that was in
+// flight may still log its failure, with the error "redis: client closed
+// by its Locker", just after Close returns. A Locker on your own client
+// (New, NewRedigo) stops using it at Close; the client's own pool is yours.
 //
 // # How a lock works
 //
@@ -109,19 +157,10 @@
 // subscriber connection, with one subscription per key however many wait
 // for it.
 //
-// The other design measured was a per-key wake-up list: Release pushes to
-// it and waiters block on it with BLPOP, so the server wakes exactly one
-// waiter. On loopback (BenchmarkHandoff) it hands the lock over about a
-// fifth faster at the median (about 130 µs against 150-230 µs) because it
-// wakes one waiter instead of all of them; with 8 waiters pub/sub was the
-// fairer of the two (most to fewest acquisitions about 1.1 against 1.3).
-// Pub/sub is kept because the list ties up one connection per waiting
-// goroutine for as long as it waits: with go-redis's default pool of ten
-// connections per CPU, a few dozen waiters in one process exhaust the pool,
-// and the releases and refreshes that would let them in queue behind them.
-// Pub/sub costs one connection per Locker whatever the number of waiters,
-// and both designs hand over well within a millisecond on loopback.
-// Neither is first-come first-served: Capabilities().FIFO is false.
+// Pub/sub costs one connection per Locker whatever the number of waiters;
+// the Performance section says what the other design measured and why it
+// was rejected. Waiters are not served first-come first-served:
+// Capabilities().FIFO is false.
 //
 // # Clients
 //
@@ -133,6 +172,54 @@
 // context through its DoContext.
 //
 // Redis Cluster is supported through go-redis's ClusterClient; redigo has
-// no cluster client. The watchdog refreshes the locks that fall due
-// together in one pipeline per tick rather than one round trip each.
+// no cluster client.
+//
+// # Holding many locks
+//
+// A held lock costs the server its key and the client about 600 bytes of
+// heap, no goroutine or timer of its own. The watchdog refreshes each lock
+// at a third of its TTL and gathers the locks due within a thirtieth of
+// the TTL into one batch, sent as one pipeline of script calls that each
+// extend up to 100 locks (internal/redisconn's refresh_many script: for
+// each key, PEXPIRE only if it still holds our token). On a Cluster a call
+// names keys of one hash slot only, so there it extends the locks of one
+// slot; on a Ring each lock goes in a call of its own. So N locks of TTL T
+// on one server cost about 3N/(100T) script calls a second, in about 30/T
+// round trips: 100,000 locks of 3 s, some 1,000 calls a second (measured
+// with internal/heldtest's BenchmarkHeld), where a call per lock made the
+// server run 100,000 scripts a second and lose locks to its own backlog.
+//
+// # Performance
+//
+// Release notices by pub/sub were chosen over a per-key wake-up list:
+// there Release also pushed to a list beside the lock key, and each waiter
+// blocked on it with BLPOP on a connection of its own, so that the server
+// woke exactly one waiter. BenchmarkHandoff compared the two designs on
+// loopback, one key and 2 or 8 waiters, each with its own client and
+// Locker, in two sessions of
+//
+//	go test -run '^$' -bench BenchmarkHandoff -benchtime 5000x -count 6 ./redis/
+//
+// on a machine of 2 CPUs shared with other jobs. Medians of each
+// session's six runs (ratio: list over pub/sub; rows 1 and 3 are one
+// session, rows 2 and 4 the other):
+//
+//	                 handoffs/s                    p50
+//	waiters  pub/sub    list  ratio    pub/sub    list  ratio
+//	      2    7,347  11,187   1.52     114 µs   77 µs   0.67
+//	      2    6,980   8,066   1.16     126 µs   98 µs   0.78
+//	      8    3,964   8,719   2.20     207 µs   97 µs   0.47
+//	      8    5,339   5,920   1.11     159 µs  165 µs   1.04
+//
+// The list handed over 1.1 to 2.2 times as often, as it wakes one waiter
+// where a notice wakes them all; the gap moved with the load on the
+// machine. Pub/sub was the fairer with 8 waiters: the most acquisitions of
+// one waiter over the fewest were 1.19 and 1.17 against 2.63 and 1.27, and
+// in one run of the list 4 of the 8 waiters never acquired. The list was
+// rejected, and removed, because it ties up a connection per waiting
+// goroutine for as long as it waits: with go-redis's default pool of ten
+// connections per CPU, a few dozen waiters in one process exhaust the
+// pool, and the releases and refreshes that would let them in queue behind
+// them. Both designs hand over well within a millisecond on loopback.
+// BenchmarkHandoff goes on measuring the pub/sub design.
 package redis

@@ -3,10 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
-	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
@@ -18,6 +15,8 @@ import (
 func init() {
 	locker.Register("redis", open)
 	locker.Register("rediss", open)
+	locker.Register("redis+sentinel", open)
+	locker.Register("rediss+sentinel", open)
 }
 
 // Options configures New and NewRedigo. The zero value is usable.
@@ -31,78 +30,90 @@ type Options struct {
 	AllowEviction bool
 }
 
-// openTimeout bounds the checks New makes against the server.
-const openTimeout = 5 * time.Second
-
 // New returns a Locker over a go-redis v9 client: a *Client for one server
 // (or a Sentinel failover client), or a *ClusterClient for Redis Cluster.
 // The Locker does not close c.
 func New(c goredis.UniversalClient, opts *Options) (locker.Locker, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), redisconn.OpenTimeout)
 	defer cancel()
-	return newLocker(ctx, redisconn.NewGoRedis(c, false), "", opts, wakePubSub)
+	return newLocker(ctx, redisconn.NewGoRedis(c, false), "", opts)
 }
 
 // NewRedigo returns a Locker over a redigo connection pool. The Locker
 // does not close p.
 func NewRedigo(p *redigo.Pool, opts *Options) (locker.Locker, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), redisconn.OpenTimeout)
 	defer cancel()
-	return newLocker(ctx, redisconn.NewRedigo(p, false), "", opts, wakePubSub)
+	return newLocker(ctx, redisconn.NewRedigo(p, false), "", opts)
 }
 
 // newLocker checks the server and returns the Locker; name says what the
 // server is called in messages when the client does not know (a redigo
 // pool), "" for nothing.
-func newLocker(ctx context.Context, c redisconn.Conn, name string, opts *Options, mode wakeMode) (locker.Locker, error) {
+func newLocker(ctx context.Context, c redisconn.Conn, name string, opts *Options) (locker.Locker, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	log := o.Config.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := o.Config.ResolvedLogger()
 	// A server (every master of a Cluster) that may evict lock keys is
 	// refused; one that cannot be reached is an error here.
 	if err := redisconn.CheckEviction(ctx, []redisconn.Target{{Conn: c, Name: name}},
 		redisconn.EvictionCheck{Backend: "redis", Allow: o.AllowEviction, Log: log}); err != nil {
 		return nil, err
 	}
-	d := newDriver(c, log, mode)
-	if mode == wakeList {
-		return locker.New(listDriver{d}, &o.Config), nil
+	d := newDriver(c, log)
+	if err := locker.CheckConfig(d, &o.Config); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("redis: %w", err)
 	}
-	return locker.New(pubsubDriver{d}, &o.Config), nil
+	return locker.New(d, &o.Config), nil
 }
 
-// open handles redis:// and rediss:// URLs:
+// open handles the URLs of this package (see the package doc, # URLs):
 //
-//	redis://[user:password@]host:port[/db][?client=goredis|redigo][&allow_eviction=true]
-//	redis://host1:port1,host2:port2,...   (Redis Cluster, go-redis only)
+//	redis://[user:password@]host:port[/db]            one server, or a Redis Cluster node
+//	redis://[user:password@]h1:p1,h2:p2,...           Redis Cluster (go-redis only)
+//	redis+sentinel://[user:password@]s1:p1,s2:p2,.../master-name[/db]
+//	                                                  the master a Sentinel group names (go-redis only)
+//	rediss://..., rediss+sentinel://...               the same over TLS
+//
+// Parameters: client=goredis|redigo, timeout=DURATION, allow_eviction=BOOL;
+// with TLS, cacert=FILE, cert=FILE and key=FILE; with Sentinel,
+// sentinel_user and sentinel_password (the Sentinels' own credentials;
+// user and password in the URL are the master's).
+//
+// Before it builds the client, open looks at the servers
+// (redisconn.Probe): the database must exist, several hosts must be
+// Cluster nodes, a Sentinel must know the master. A single host that is a
+// Cluster node gets a Cluster client, as a plain one would be answered
+// MOVED for the keys of the other nodes.
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	allow, err := u.BoolParam("allow_eviction", false)
 	if err != nil {
 		return nil, err
 	}
-	hosts, co, err := redisconn.FromURL(u, u.Scheme == "rediss")
+	hosts, co, err := redisconn.FromRedisURL(u)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
-	if len(hosts) > 1 && co.DB != 0 {
+	if co.Sentinel == nil && len(hosts) > 1 && co.DB != 0 {
 		return nil, fmt.Errorf("redis: Redis Cluster has no databases, but the URL selects %d", co.DB)
+	}
+	ctx, cancel := context.WithTimeout(ctx, redisconn.OpenTimeout)
+	defer cancel()
+	if co, err = redisconn.Probe(ctx, hosts, co); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	c, err := redisconn.Dial(hosts, co)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
 	opts := &Options{Config: u.Config, AllowEviction: allow}
-	ctx, cancel := context.WithTimeout(ctx, openTimeout)
-	defer cancel()
-	l, err := newLocker(ctx, c, strings.Join(hosts, ","), opts, wakePubSub)
+	l, err := newLocker(ctx, c, strings.Join(hosts, ","), opts)
 	if err != nil {
 		c.Close()
 		return nil, err

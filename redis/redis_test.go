@@ -34,26 +34,6 @@ func TestConformanceRedigo(t *testing.T) {
 	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisURL)+"?client=redigo"))
 }
 
-// TestConformanceWakeList runs the suite on the alternative wake-up design
-// (per-key list and BLPOP) that the benchmarks compare with pub/sub.
-func TestConformanceWakeList(t *testing.T) {
-	addr := hostOf(t, testenv.Get(t, testenv.RedisURL))
-	conformance.Run(t, conformance.Harness{NewClient: func(ctx context.Context) (conformance.Client, error) {
-		p, err := conformance.NewProxy(addr)
-		if err != nil {
-			return conformance.Client{}, err
-		}
-		c := goredis.NewClient(&goredis.Options{Addr: p.Addr()})
-		l, err := redis.NewWakeList(c, nil)
-		if err != nil {
-			c.Close()
-			p.Close()
-			return conformance.Client{}, err
-		}
-		return conformance.Client{Locker: l, Crash: p.Cut, Cleanup: func() { c.Close(); p.Close() }}, nil
-	}})
-}
-
 // TestConformanceCluster runs the suite against a three-master Redis
 // Cluster. Each client reaches every node through its own proxy: go-redis
 // learns node addresses from the cluster itself, so its dialer maps each
@@ -413,7 +393,7 @@ func TestRetriedAcquireFindsItsLock(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	testenv.WantOpenErrors(t, [][2]string{
 		{"redis://", "no host"},
-		{"redis://127.0.0.1", "no port"},
+		{"redis://127.0.0.1:6379,,127.0.0.2", "empty host"},
 		{"redis://127.0.0.1:6379/x", "not a database number"},
 		{"redis://127.0.0.1:6379?client=jedis", `unknown client "jedis"`},
 		{"redis://127.0.0.1:6379?colour=red", `"colour"`},
@@ -559,4 +539,11 @@ func TestCloseEndsAcquireOwnClient(t *testing.T) {
 			next.Release(ctx)
 		})
 	}
+}
+
+// TestOpenTTLRange: a default TTL the backend cannot honour fails Open,
+// naming the range, rather than every Acquire.
+func TestOpenTTLRange(t *testing.T) {
+	raw := testenv.Get(t, testenv.RedisURL)
+	testenv.WantOpenErrors(t, [][2]string{{raw + "?ttl=1ms", "below this backend's minimum of 5ms"}})
 }

@@ -6,19 +6,11 @@ import (
 	"github.com/distlock/locker/internal/redisconn"
 )
 
-// The scripts, one round trip each. See scripts/ for what each does.
-var (
-	//go:embed scripts/acquire.lua
-	acquireLua string
-	//go:embed scripts/release.lua
-	releaseLua string
-	//go:embed scripts/refresh.lua
-	refreshLua string
-	//go:embed scripts/pttl.lua
-	pttlLua string
+// acquireLua takes a lock and mints its fencing token in one round trip;
+// see the script. Release, refresh and TTL are redisconn's scripts, which
+// the redlock backend runs too.
+//
+//go:embed scripts/acquire.lua
+var acquireLua string
 
-	acquireScript = redisconn.NewScript("acquire", acquireLua, 2)
-	releaseScript = redisconn.NewScript("release", releaseLua, 2)
-	refreshScript = redisconn.NewScript("refresh", refreshLua, 1)
-	pttlScript    = redisconn.NewScript("pttl", pttlLua, 1)
-)
+var acquireScript = redisconn.NewScript("acquire", acquireLua, 2)

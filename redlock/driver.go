@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,20 +16,10 @@ import (
 	"github.com/distlock/locker/internal/redisconn"
 )
 
-var (
-	//go:embed scripts/release.lua
-	releaseLua string
-	//go:embed scripts/refresh.lua
-	refreshLua string
-	//go:embed scripts/pttl.lua
-	pttlLua string
-
-	// The holder's remaining TTL, asked only after a refused round.
-	holderTTLScript = redisconn.NewScript("holder-ttl", "return redis.call('PTTL', KEYS[1])", 1)
-	releaseScript   = redisconn.NewScript("release", releaseLua, 1)
-	refreshScript   = redisconn.NewScript("refresh", refreshLua, 1)
-	pttlScript      = redisconn.NewScript("pttl", pttlLua, 1)
-)
+// holderTTLScript returns the holder's remaining TTL, asked only after a
+// refused round. Release, refresh and TTL run redisconn's scripts, which
+// the redis backend runs too.
+var holderTTLScript = redisconn.NewScript("holder-ttl", "return redis.call('PTTL', KEYS[1])", 1)
 
 // Names on every node: lock K is the key "redlock:{k:K}", its releases are
 // published on "redlock:{k:K}:released". They differ from the redis
@@ -40,9 +29,18 @@ func channelOf(k string) string { return lockKey(k) + ":released" }
 
 // node is one independent Redis master.
 type node struct {
-	addr   string // for error messages
-	c      redisconn.Conn
-	notify *redisconn.Notifier
+	addr string // for error messages and logs
+	c    redisconn.Conn
+	// notify is replaced when the node is skipped (see skipNode).
+	notify    atomic.Pointer[redisconn.Notifier]
+	notifyLog *slog.Logger
+	health
+}
+
+func newNode(addr string, c redisconn.Conn, log *slog.Logger) *node {
+	n := &node{addr: addr, c: c, notifyLog: log.With("node", addr)}
+	n.notify.Store(redisconn.NewNotifier(c, n.notifyLog))
+	return n
 }
 
 type driver struct {
@@ -51,6 +49,19 @@ type driver struct {
 	cfg    settings
 	log    *slog.Logger
 	now    func() time.Time // the clock; replaced in tests
+
+	// stop ends the prober and its probes at Close.
+	stop       context.Context
+	cancelStop context.CancelFunc
+	probeWake  chan struct{}
+	// wg counts the goroutines that may still use the clients: requests
+	// that outlived their round, the prober, notifiers closing. Close
+	// waits for them before it closes the clients, so that nothing dials
+	// a node after Close.
+	wg      sync.WaitGroup
+	mu      sync.RWMutex
+	closed  bool
+	probing bool // the prober runs
 }
 
 // settings are the tunables of the algorithm, defaults applied.
@@ -59,14 +70,26 @@ type settings struct {
 	driftFactor float64
 	minDrift    time.Duration
 	retryDelay  time.Duration
+	// How long the prober waits before it first asks a skipped node, and
+	// at most between two probes. Defaults 100ms and 2s.
+	probeMin, probeMax time.Duration
 }
 
 func newDriver(nodes []*node, cfg settings, log *slog.Logger) *driver {
-	return &driver{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg, log: log, now: time.Now}
+	if cfg.probeMin == 0 {
+		cfg.probeMin = 100 * time.Millisecond
+	}
+	if cfg.probeMax == 0 {
+		cfg.probeMax = 2 * time.Second
+	}
+	d := &driver{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg, log: log, now: time.Now, probeWake: make(chan struct{}, 1)}
+	d.stop, d.cancelStop = context.WithCancel(context.Background())
+	return d
 }
 
 func (d *driver) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
+		Name: "redlock",
 		// No consensus over a counter, so no fencing token that is safe;
 		// see the package doc.
 		Fencing:       false,
@@ -86,9 +109,14 @@ func (d *driver) Drift(ttl time.Duration) time.Duration {
 }
 
 func (d *driver) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.cancelStop()
+	d.wg.Wait()
 	var errs []error
 	for _, n := range d.nodes {
-		n.notify.Close()
+		n.notify.Load().Close()
 		if err := n.c.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("redlock: closing %s: %w", n.addr, err))
 		}
@@ -109,51 +137,112 @@ type outcome struct {
 // its client, built without ContextTimeoutEnabled, goes on waiting.
 func (d *driver) fanOut(ctx context.Context, s *redisconn.Script, key string, args ...any) []outcome {
 	return d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
-		v, err := n.c.Eval(ctx, s, []string{lockKey(key)}, args...)
-		if err != nil {
-			return 0, err
-		}
-		return redisconn.AsInt(v)
+		return redisconn.EvalInt(ctx, n.c, s, []string{lockKey(key)}, args...)
 	})
 }
 
 // each runs op on every node at once; see fanOut.
 func (d *driver) each(ctx context.Context, op func(ctx context.Context, n *node) (int64, error)) []outcome {
+	vals, errs := onEvery(ctx, d, func(ctx context.Context, i int) (int64, error) { return op(ctx, d.nodes[i]) })
 	out := make([]outcome, len(d.nodes))
+	for i := range out {
+		out[i] = outcome{vals[i], errs[i]}
+	}
+	return out
+}
+
+// onEvery runs op on every node (by index) at once, each bounded by the
+// per-node timeout and by ctx, and returns each node's value and error. It
+// returns when all nodes have answered or the timeout has passed: a node
+// that did not answer by then has an error and the zero value, even if its
+// op is still running (the client may not honour contexts).
+//
+// A skipped node is not asked, and its error says so at once, unless too
+// few nodes are left for a majority: skipping never costs a majority that
+// the nodes would have given. Every node's outcome goes on its record of
+// failures.
+func onEvery[T any](ctx context.Context, d *driver, op func(ctx context.Context, i int) (T, error)) ([]T, []error) {
+	vals := make([]T, len(d.nodes))
+	errs := make([]error, len(d.nodes))
+	answered := make([]bool, len(d.nodes))
+	asked := 0
+	for i, n := range d.nodes {
+		if errs[i] = n.skipped(); errs[i] != nil {
+			answered[i] = true
+			continue
+		}
+		asked++
+	}
+	if asked < d.quorum {
+		clear(errs)
+		clear(answered)
+		asked = len(d.nodes)
+	}
+	if !d.begin(asked) {
+		for i := range errs {
+			errs[i] = backend.ErrClosed
+		}
+		return vals, errs
+	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
 	defer cancel()
 	type answer struct {
-		i int
-		o outcome
+		i   int
+		v   T
+		err error
 	}
-	answers := make(chan answer, len(d.nodes))
-	for i, n := range d.nodes {
+	answers := make(chan answer, asked)
+	for i := range d.nodes {
+		if answered[i] {
+			continue
+		}
 		go func() {
-			x, err := op(ctx, n)
-			answers <- answer{i, outcome{x, err}}
+			defer d.wg.Done()
+			v, err := op(ctx, i)
+			answers <- answer{i, v, err}
 		}()
 	}
-	answered := make([]bool, len(d.nodes))
-	for pending := len(d.nodes); pending > 0; pending-- {
+	for pending := asked; pending > 0; pending-- {
 		select {
 		case a := <-answers:
-			out[a.i] = a.o
-			answered[a.i] = true
+			vals[a.i], errs[a.i], answered[a.i] = a.v, a.err, true
 			continue
 		case <-ctx.Done():
 		}
 		break
 	}
-	for i := range out {
+	for i := range errs {
 		if !answered[i] {
-			out[i].err = fmt.Errorf("no answer within %v", d.cfg.nodeTimeout)
+			errs[i] = fmt.Errorf("no answer within %v", d.cfg.nodeTimeout)
 			if err := parent.Err(); err != nil {
-				out[i].err = err
+				errs[i] = err
 			}
 		}
 	}
-	return out
+	d.observe(parent, errs)
+	return vals, errs
+}
+
+// begin counts n requests about to start, unless the driver is closed.
+// Every round begins here: a read lock, so that rounds do not queue on one
+// another, only on Close.
+func (d *driver) begin(n int) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return false
+	}
+	d.wg.Add(n)
+	return true
+}
+
+// failedNodes is nodeErrors as a clause to append to a message, or "".
+func (d *driver) failedNodes(out []outcome) string {
+	if e := d.nodeErrors(out); e != "" {
+		return "; failed: " + e
+	}
+	return ""
 }
 
 // nodeErrors describes the nodes that failed, for an error message.
@@ -173,16 +262,16 @@ func (d *driver) nodeErrors(out []outcome) string {
 // and validity (TTL - elapsed - drift) is left. Otherwise it is released
 // on every node that did not clearly refuse.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
-	acq, err, _ := d.round(ctx, req)
+	acq, _, err := d.round(ctx, req)
 	return acq, err
 }
 
 // round is TryAcquire, also reporting a split vote: no node answered with
 // a holder that has a majority.
-func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acquisition, _ error, split bool) {
+func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acquisition, split bool, _ error) {
 	start := d.now()
 	out := d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
-		ok, err := n.c.SetNX(ctx, lockKey(req.Key), req.Token, time.Duration(ms(req.TTL))*time.Millisecond)
+		ok, err := n.c.SetNX(ctx, lockKey(req.Key), req.Token, req.TTL)
 		if ok {
 			return 1, err
 		}
@@ -204,7 +293,7 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 	}
 	if acquired >= d.quorum && validity > 0 {
 		h := &held{d: d, key: req.Key, token: req.Token}
-		return backend.Acquisition{Held: h, Start: start, Validity: validity}, nil, false
+		return backend.Acquisition{Held: h, Start: start, Validity: validity}, false, nil
 	}
 	// Failed: undo on every node that may have taken it, those that timed
 	// out included (their SET may have landed). A node that answered with
@@ -213,27 +302,27 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 		d.releaseWhere(req, out, func(o outcome) bool { return o.err != nil || o.n == 1 })
 	}
 	if err := ctx.Err(); err != nil {
-		return backend.Acquisition{}, err, false
+		return backend.Acquisition{}, false, err
 	}
 	switch {
 	case acquired+refused < d.quorum:
-		return backend.Acquisition{}, &noQuorumError{fmt.Sprintf("redlock: only %d of %d nodes answered, %d needed for a majority (%s)",
-			acquired+refused, len(d.nodes), d.quorum, d.nodeErrors(out))}, false
+		return backend.Acquisition{}, false, &noQuorumError{fmt.Sprintf("redlock: only %d of %d nodes answered, %d needed for a majority (%s)",
+			acquired+refused, len(d.nodes), d.quorum, d.nodeErrors(out))}
 	case acquired >= d.quorum:
 		// A majority, but no validity left: the TTL is too short for the
 		// time the round took. Another round may be quicker.
-		return backend.Acquisition{}, &backend.Busy{Remaining: d.retryDelay(), Reason: fmt.Sprintf(
-			"a majority accepted, but the round took %v of the %v TTL, leaving no validity after the drift allowance of %v",
-			elapsed.Round(time.Microsecond), req.TTL, d.Drift(req.TTL))}, true
+		return backend.Acquisition{}, true, &backend.Busy{Remaining: d.retryDelay(), Reason: fmt.Sprintf(
+			"a majority accepted, but the round took %v of the %v TTL, leaving no validity after the drift allowance of %v%s",
+			elapsed.Round(time.Microsecond), req.TTL, d.Drift(req.TTL), d.failedNodes(out))}
 	case refused >= d.quorum:
-		return backend.Acquisition{}, &backend.Busy{Remaining: d.holderTTL(ctx, req.Key, out)}, false
+		return backend.Acquisition{}, false, &backend.Busy{Remaining: d.holderTTL(ctx, req.Key, out)}
 	}
 	// A split vote: no client holds a majority. Retry after a random
 	// delay, so that the contenders fall out of step.
-	return backend.Acquisition{}, &backend.Busy{
+	return backend.Acquisition{}, true, &backend.Busy{
 		Remaining: d.retryDelay(),
 		Reason:    fmt.Sprintf("split vote: %d of %d nodes accepted, %d refused", acquired, len(d.nodes), refused),
-	}, true
+	}
 }
 
 // holderTTL asks the nodes that refused for the holder's remaining TTL, so
@@ -242,13 +331,7 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 // has the key (it expired since it refused: try again now), or 0 when no
 // node tells.
 func (d *driver) holderTTL(ctx context.Context, key string, out []outcome) time.Duration {
-	left := d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
-		v, err := n.c.Eval(ctx, holderTTLScript, []string{lockKey(key)})
-		if err != nil {
-			return 0, err
-		}
-		return redisconn.AsInt(v)
-	})
+	left := d.fanOut(ctx, holderTTLScript, key)
 	remaining := time.Duration(-1)
 	for i, o := range left {
 		if out[i].err != nil || out[i].n == 1 || o.err != nil || o.n == -1 {
@@ -268,28 +351,18 @@ func (d *driver) holderTTL(ctx context.Context, key string, out []outcome) time.
 // releaseWhere runs the compare-and-delete on the nodes whose outcome
 // matches, after the caller's context may have ended.
 func (d *driver) releaseWhere(req backend.Request, out []outcome, match func(outcome) bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.nodeTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i, n := range d.nodes {
+	onEvery(context.Background(), d, func(ctx context.Context, i int) (any, error) {
 		if !match(out[i]) {
-			continue
+			return nil, errNotAsked
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n.c.Eval(ctx, releaseScript, []string{lockKey(req.Key)}, req.Token, channelOf(req.Key))
-		}()
-	}
-	wg.Wait()
+		return d.nodes[i].c.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(req.Key)}, req.Token, channelOf(req.Key))
+	})
 }
 
 // retryDelay is a random delay in [RetryDelay/2, RetryDelay].
 func (d *driver) retryDelay() time.Duration {
 	return d.cfg.retryDelay/2 + rand.N(d.cfg.retryDelay/2+1)
 }
-
-func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
 // Acquire implements backend.Waiter: rounds of TryAcquire, woken by release
 // notices from any node, by the holder's TTL, or after a split vote by a
@@ -305,7 +378,7 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	defer timer.Stop()
 	unanswered := 0 // rounds in a row that reached no majority
 	for {
-		acq, err, split := d.round(ctx, req)
+		acq, split, err := d.round(ctx, req)
 		var nq *noQuorumError
 		if errors.As(err, &nq) && unanswered < noQuorumRetries {
 			// Perhaps a burst of new connections on a loaded machine:
@@ -388,15 +461,22 @@ func (w *watch) ok() bool { return int(w.confirmed.Load()) >= w.quorum }
 
 // watch subscribes to key's release channel on every node at once, in the
 // background: a waiter does not wait for slow or dead nodes to confirm.
+// Skipped nodes are left out unless too few are left for a majority: a
+// majority of the others confirming still means that one of them hears a
+// release.
 func (d *driver) watch(ctx context.Context, key string) *watch {
 	w := &watch{events: make(chan struct{}, 1), quorum: d.quorum}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
+	few := d.unskipped() < d.quorum
 	for _, n := range d.nodes {
+		if n.skipped() != nil && !few {
+			continue
+		}
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			stop, err := n.notify.WatchInto(wctx, channelOf(key), w.events)
+			stop, err := n.notify.Load().WatchInto(wctx, channelOf(key), w.events)
 			if err != nil {
 				return
 			}
@@ -430,8 +510,14 @@ type held struct {
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	d := h.d
 	start := d.now()
-	out := d.fanOut(ctx, refreshScript, h.key, h.token, ms(ttl))
-	validity := ttl - d.now().Sub(start) - d.Drift(ttl)
+	out := d.fanOut(ctx, redisconn.RefreshScript, h.key, h.token, redisconn.Millis(ttl))
+	return d.refreshOutcome(out, ttl, d.now().Sub(start))
+}
+
+// refreshOutcome is the outcome of a refresh with ttl that got out from
+// the nodes and took elapsed.
+func (d *driver) refreshOutcome(out []outcome, ttl, elapsed time.Duration) error {
+	validity := ttl - elapsed - d.Drift(ttl)
 	extended, notOurs := 0, 0
 	for _, o := range out {
 		switch {
@@ -448,9 +534,57 @@ func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	case notOurs >= d.quorum:
 		return fmt.Errorf("%w: %d of %d nodes no longer hold it", backend.ErrNotHeld, notOurs, len(d.nodes))
 	case extended >= d.quorum:
-		return fmt.Errorf("redlock: refresh reached a majority too late: no validity left after %v", d.now().Sub(start).Round(time.Microsecond))
+		return fmt.Errorf("redlock: refresh reached a majority too late: no validity left after %v%s", elapsed.Round(time.Microsecond), d.failedNodes(out))
 	}
 	return fmt.Errorf("redlock: refresh reached %d of %d nodes, %d needed (%s)", extended, len(d.nodes), d.quorum, d.nodeErrors(out))
+}
+
+// maxRoundLocks is how many locks one round of a batched refresh extends:
+// some ten script calls per node, a few milliseconds of server time, well
+// within the per-node timeout, which bounds each round as it bounds a
+// single refresh. A larger batch goes in several rounds, one after
+// another, each measured from its own start.
+const maxRoundLocks = 10 * redisconn.MaxRefreshKeys
+
+// RefreshBatch implements backend.BatchRefresher: the watchdog's locks due
+// together are extended on every node in rounds of up to maxRoundLocks, a
+// pipeline of script calls per node extending up to 100 locks each. Each
+// lock's outcome is what Refresh would give it: a majority of nodes
+// extended it and validity is left, measured from the round's start.
+func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []time.Duration) []error {
+	errs := make([]error, len(locks))
+	for lo := 0; lo < len(locks); lo += maxRoundLocks {
+		hi := min(lo+maxRoundLocks, len(locks))
+		d.refreshRound(ctx, locks[lo:hi], ttls[lo:hi], errs[lo:hi])
+	}
+	return errs
+}
+
+func (d *driver) refreshRound(ctx context.Context, locks []backend.Held, ttls []time.Duration, errs []error) {
+	rs := make([]redisconn.Refresh, len(locks))
+	for i, l := range locks {
+		h := l.(*held)
+		rs[i] = redisconn.Refresh{Key: lockKey(h.key), Token: h.token, TTL: ttls[i]}
+	}
+	start := d.now()
+	replies, nodeErrs := onEvery(ctx, d, func(ctx context.Context, i int) ([]redisconn.Reply, error) {
+		return redisconn.RefreshMany(ctx, d.nodes[i].c, rs), nil
+	})
+	elapsed := d.now().Sub(start)
+	out := make([]outcome, len(d.nodes))
+	for i := range locks {
+		for j := range d.nodes {
+			out[j] = outcome{err: nodeErrs[j]}
+			if nodeErrs[j] != nil {
+				continue
+			}
+			r := replies[j][i]
+			if out[j].err = r.Err; r.Err == nil {
+				out[j].n, out[j].err = redisconn.AsInt(r.Val)
+			}
+		}
+		errs[i] = d.refreshOutcome(out, ttls[i], elapsed)
+	}
 }
 
 // TTL returns how long a majority of nodes still hold the lock: the
@@ -458,7 +592,7 @@ func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 // locker returns the smaller of this and the local validity.
 func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 	d := h.d
-	out := d.fanOut(ctx, pttlScript, h.key, h.token)
+	out := d.fanOut(ctx, redisconn.PTTLScript, h.key, h.token)
 	var left []time.Duration
 	answered := 0
 	for _, o := range out {
@@ -481,30 +615,123 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 	return 0, fmt.Errorf("redlock: TTL reached only %d of %d nodes, %d needed (%s)", answered, len(d.nodes), d.quorum, d.nodeErrors(out))
 }
 
-// Release deletes the lock on every node that holds our token.
+// Release deletes the lock on every node that holds our token. When the
+// nodes that answered decide nothing (fewer than a majority released it,
+// and fewer than a majority said it was not ours), the nodes that did not
+// answer are asked again after a random delay, up to noQuorumRetries more
+// times within ctx, as Acquire retries a round that no majority answered:
+// on a loaded machine a burst of releases can miss the node timeout.
 func (h *held) Release(ctx context.Context) error {
-	d := h.d
-	out := d.fanOut(ctx, releaseScript, h.key, h.token, channelOf(h.key))
-	released, notOurs := 0, 0
-	for _, o := range out {
-		switch {
-		case o.err != nil:
-		case o.n == 1:
-			released++
-		default:
-			notOurs++
+	r := release{h: h, state: make([]int8, len(h.d.nodes))}
+	for round := 0; ; round++ {
+		r.ask(ctx, round)
+		if err, decided := r.verdict(); decided {
+			return err
+		}
+		if releaseRetryHook != nil && round < noQuorumRetries {
+			releaseRetryHook(round)
+		}
+		if round == noQuorumRetries || !sleep(ctx, h.d.retryDelay()) {
+			return r.failure()
 		}
 	}
+}
+
+// release is what a Release learnt of each node so far.
+type release struct {
+	h     *held
+	state []int8  // per node: unknown, released or notOurs
+	errs  []error // per node: the last round's error
+}
+
+// The states of a node in a release.
+const (
+	unknown = iota
+	released
+	notOurs
+)
+
+// ask asks the nodes whose state is unknown to delete the lock.
+func (r *release) ask(ctx context.Context, round int) {
+	d, h := r.h.d, r.h
+	asked := slices.Clone(r.state)
+	var vals []int64
+	vals, r.errs = onEvery(ctx, d, func(ctx context.Context, i int) (int64, error) {
+		if asked[i] != unknown {
+			return 0, errNotAsked
+		}
+		return redisconn.EvalInt(ctx, d.nodes[i].c, redisconn.ReleaseScript, []string{lockKey(h.key)}, h.token, channelOf(h.key))
+	})
+	for i := range r.state {
+		switch {
+		case asked[i] != unknown || r.errs[i] != nil:
+		case vals[i] == 1 || round > 0:
+			// After a round whose outcome on this node is unknown, a node
+			// without our token may be one our delete reached.
+			r.state[i] = released
+		default:
+			r.state[i] = notOurs
+		}
+	}
+}
+
+// counts returns how many nodes released the lock and how many did not
+// hold it.
+func (r *release) counts() (nReleased, nNotOurs int) {
+	for _, st := range r.state {
+		switch st {
+		case released:
+			nReleased++
+		case notOurs:
+			nNotOurs++
+		}
+	}
+	return nReleased, nNotOurs
+}
+
+// verdict returns the release's outcome, if the answers so far decide it.
+func (r *release) verdict() (err error, decided bool) {
+	d := r.h.d
+	nReleased, nNotOurs := r.counts()
 	switch {
-	case released > 0 && released+notOurs == len(d.nodes):
-		return nil
-	case released >= d.quorum:
+	case nReleased > 0 && nReleased+nNotOurs == len(d.nodes):
+		return nil, true
+	case nReleased >= d.quorum:
 		// Freed for others; the nodes that did not answer let their copy
 		// expire, and a minority copy blocks nobody.
-		return nil
-	case released == 0 && notOurs >= d.quorum:
-		return fmt.Errorf("%w: %d of %d nodes did not hold it", backend.ErrNotHeld, notOurs, len(d.nodes))
+		return nil, true
+	case nReleased == 0 && nNotOurs >= d.quorum:
+		return fmt.Errorf("%w: %d of %d nodes did not hold it", backend.ErrNotHeld, nNotOurs, len(d.nodes)), true
 	}
+	return nil, false
+}
+
+// failure is the error of a release the answers did not decide.
+func (r *release) failure() error {
+	d := r.h.d
+	var parts []string
+	for i, st := range r.state {
+		if st == unknown && r.errs[i] != nil {
+			parts = append(parts, fmt.Sprintf("%s: %v", d.nodes[i].addr, r.errs[i]))
+		}
+	}
+	nReleased, nNotOurs := r.counts()
 	return fmt.Errorf("redlock: release reached %d of %d nodes (%d released it); where it did not, it lasts until its TTL (%s)",
-		released+notOurs, len(d.nodes), released, d.nodeErrors(out))
+		nReleased+nNotOurs, len(d.nodes), nReleased, strings.Join(parts, "; "))
+}
+
+// releaseRetryHook, set by tests, is called before a release asks the
+// nodes that did not answer again.
+var releaseRetryHook func(round int)
+
+// sleep waits for d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

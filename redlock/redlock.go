@@ -3,8 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"time"
 
@@ -39,6 +37,21 @@ type Options struct {
 	// AllowEviction opens the Locker even when a node's maxmemory-policy
 	// lets Redis evict lock keys under memory pressure.
 	AllowEviction bool
+	// AllowFewNodes opens the Locker over one or two nodes. Redlock needs
+	// three to tolerate a failure: with two, either one down leaves no
+	// majority; with one, it is a single Redis server at Redlock's cost.
+	// Default false: fewer than three nodes is an error, as a URL that
+	// lost a host by mistake would otherwise go unnoticed.
+	AllowFewNodes bool
+}
+
+// checkNodes refuses fewer than three nodes unless allowed.
+func checkNodes(n int, allow bool) error {
+	if n >= 3 || allow {
+		return nil
+	}
+	return fmt.Errorf("redlock: %d node(s) given, fewer than the 3 that tolerate one failure (with %d, a single node down stops all locking); "+
+		"list at least 3 independent masters, or set allow_few_nodes=true (Options.AllowFewNodes) if this is intended", n, n)
 }
 
 const (
@@ -46,7 +59,6 @@ const (
 	defaultDriftFactor = 0.01
 	defaultMinDrift    = 2 * time.Millisecond
 	defaultRetryDelay  = 20 * time.Millisecond
-	openTimeout        = 5 * time.Second
 )
 
 func (o *Options) settings() (settings, error) {
@@ -92,7 +104,7 @@ func New(clients []goredis.UniversalClient, opts *Options) (locker.Locker, error
 		conns[i] = redisconn.NewGoRedis(c, false)
 		addrs[i] = clientAddr(c, i)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), redisconn.OpenTimeout)
 	defer cancel()
 	return newLocker(ctx, conns, addrs, opts)
 }
@@ -108,7 +120,7 @@ func NewRedigo(pools []*redigo.Pool, opts *Options) (locker.Locker, error) {
 		conns[i] = redisconn.NewRedigo(p, false)
 		addrs[i] = "node " + strconv.Itoa(i)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), redisconn.OpenTimeout)
 	defer cancel()
 	return newLocker(ctx, conns, addrs, opts)
 }
@@ -132,10 +144,10 @@ func newLocker(ctx context.Context, conns []redisconn.Conn, addrs []string, opts
 	if err != nil {
 		return nil, err
 	}
-	log := o.Config.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := checkNodes(len(conns), o.AllowFewNodes); err != nil {
+		return nil, err
 	}
+	log := o.Config.ResolvedLogger()
 	// A hung node must not hold up the open for long: Redlock is meant to
 	// work without it.
 	cctx, cancel := context.WithTimeout(ctx, 10*set.nodeTimeout)
@@ -154,35 +166,26 @@ func newLocker(ctx context.Context, conns []redisconn.Conn, addrs []string, opts
 	}
 	nodes := make([]*node, len(conns))
 	for i, c := range conns {
-		nodes[i] = &node{addr: addrs[i], c: c, notify: redisconn.NewNotifier(c, log)}
+		nodes[i] = newNode(addrs[i], c, log)
 	}
-	return locker.New(newDriver(nodes, set, log), &o.Config), nil
+	d := newDriver(nodes, set, log)
+	if err := locker.CheckConfig(d, &o.Config); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("redlock: %w", err)
+	}
+	return locker.New(d, &o.Config), nil
 }
 
 // open handles redlock:// and redlocks:// (TLS) URLs:
 //
 //	redlock://[user:password@]h1:p1,h2:p2,h3:p3[/db][?client=redigo][&node_timeout=50ms]
 //	    [&drift_factor=0.01][&min_drift=2ms][&retry_delay=20ms][&allow_eviction=true][&timeout=1s]
+//	    [&allow_few_nodes=true]
+//	redlocks://...[?cacert=ca.pem][&cert=client.pem&key=client-key.pem]
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
-	var o Options
-	o.Config = u.Config
-	var err error
-	if o.AllowEviction, err = u.BoolParam("allow_eviction", false); err != nil {
+	o, err := optionsFromURL(u)
+	if err != nil {
 		return nil, err
-	}
-	if o.NodeTimeout, err = u.DurationParam("node_timeout", 0); err != nil {
-		return nil, err
-	}
-	if o.MinDrift, err = u.DurationParam("min_drift", 0); err != nil {
-		return nil, err
-	}
-	if o.RetryDelay, err = u.DurationParam("retry_delay", 0); err != nil {
-		return nil, err
-	}
-	if v, ok := u.Param("drift_factor"); ok {
-		if o.DriftFactor, err = strconv.ParseFloat(v, 64); err != nil {
-			return nil, fmt.Errorf("redlock: drift_factor %q is not a number", v)
-		}
 	}
 	hosts, co, err := redisconn.FromURL(u, u.Scheme == "redlocks")
 	if err != nil {
@@ -208,14 +211,14 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		}
 	}
 	for _, h := range hosts {
-		c, err := redisconn.Dial([]string{h}, co)
+		c, err := dial(h, co)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("redlock: %w", err)
 		}
 		conns = append(conns, c)
 	}
-	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	ctx, cancel := context.WithTimeout(ctx, redisconn.OpenTimeout)
 	defer cancel()
 	l, err := newLocker(ctx, conns, hosts, &o)
 	if err != nil {
@@ -223,4 +226,41 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// optionsFromURL reads the Redlock parameters of u into Options.
+func optionsFromURL(u *locker.URL) (Options, error) {
+	o := Options{Config: u.Config}
+	var err error
+	if o.AllowEviction, err = u.BoolParam("allow_eviction", false); err != nil {
+		return o, err
+	}
+	if o.AllowFewNodes, err = u.BoolParam("allow_few_nodes", false); err != nil {
+		return o, err
+	}
+	if o.NodeTimeout, err = u.DurationParam("node_timeout", 0); err != nil {
+		return o, err
+	}
+	if o.MinDrift, err = u.DurationParam("min_drift", 0); err != nil {
+		return o, err
+	}
+	if o.RetryDelay, err = u.DurationParam("retry_delay", 0); err != nil {
+		return o, err
+	}
+	if v, ok := u.Param("drift_factor"); ok {
+		if o.DriftFactor, err = strconv.ParseFloat(v, 64); err != nil {
+			return o, fmt.Errorf("redlock: drift_factor %q is not a number", v)
+		}
+	}
+	return o, nil
+}
+
+// dial returns an owned client for one node, built as redisconn.Dial
+// builds it, but failing fast (ClientOptions.FailFast): a node that
+// refuses connections fails at once instead of costing the whole node
+// timeout in every round, and a retried SET NX whose first attempt landed
+// cannot read as another holder's lock.
+func dial(host string, co redisconn.ClientOptions) (redisconn.Conn, error) {
+	co.FailFast = true
+	return redisconn.Dial([]string{host}, co)
 }

@@ -211,7 +211,7 @@ func TestMajorityUnresponsive(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	testenv.WantOpenErrors(t, [][2]string{
 		{"redlock://", "URL has no host"},
-		{"redlock://127.0.0.1", "has no port"},
+		{"redlock://127.0.0.1,127.0.0.1:6379", "listed twice"}, // a host without a port gets 6379
 		{"redlock://127.0.0.1:1,127.0.0.1:1", "listed twice"},
 		{"redlock://127.0.0.1:1?node_timeout=-1s", "NodeTimeout must be positive"},
 		{"redlock://127.0.0.1:1?drift_factor=2", "DriftFactor must be in [0, 1)"},
@@ -248,4 +248,36 @@ func TestEviction(t *testing.T) {
 // TestRedigo runs the suite through redigo pools.
 func TestRedigo(t *testing.T) {
 	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedlockURL)+"?client=redigo"))
+}
+
+// TestOpenTLS: redlocks:// takes cacert, cert and key as rediss:// does
+// (here one node, the test TLS server, which requires a client
+// certificate), on both client libraries; the parameters on redlock://
+// and a plain-text node given as redlocks:// fail Open, saying so.
+func TestOpenTLS(t *testing.T) {
+	raw := testenv.Get(t, testenv.RedisTLSURL)
+	_, query, _ := strings.Cut(raw, "?")
+	tlsNode := testenv.Hosts(t, raw)[0]
+	ctx := context.Background()
+	for _, client := range []string{"goredis", "redigo"} {
+		t.Run(client, func(t *testing.T) {
+			l, err := locker.Open(ctx, "redlocks://"+tlsNode+"?"+query+"&allow_few_nodes=true&client="+client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			lk, err := l.Acquire(ctx, "tls")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lk.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	plainNode := testenv.Hosts(t, testenv.Get(t, testenv.RedlockURL))[0]
+	testenv.WantOpenErrors(t, [][2]string{
+		{"redlock://" + tlsNode + "?" + query + "&allow_few_nodes=true", "use redlocks:// instead of redlock://"},
+		{"redlocks://" + plainNode + "?allow_few_nodes=true", "plain text"},
+	})
 }

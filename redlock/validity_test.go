@@ -3,8 +3,10 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -40,20 +42,29 @@ func (c *stepClock) now() time.Time {
 // the test can read the nodes through.
 func testDriver(t *testing.T, cfg settings) (*driver, []*goredis.Client) {
 	t.Helper()
+	d, cs, _ := testDriverServers(t, cfg)
+	return d, cs
+}
+
+// testDriverServers is testDriver, also returning the servers.
+func testDriverServers(t *testing.T, cfg settings) (*driver, []*goredis.Client, []*testenv.Redis) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var ns []*node
 	var cs []*goredis.Client
+	var srv []*testenv.Redis
 	for range 5 {
 		s := testenv.StartRedis(t)
+		srv = append(srv, s)
 		c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		conn := redisconn.NewGoRedis(c, false)
-		ns = append(ns, &node{addr: s.Addr(), c: conn, notify: redisconn.NewNotifier(conn, log)})
+		ns = append(ns, newNode(s.Addr(), conn, log))
 		cs = append(cs, c)
 	}
 	d := newDriver(ns, cfg, log)
 	t.Cleanup(func() { d.Close() })
-	return d, cs
+	return d, cs, srv
 }
 
 var defaults = settings{nodeTimeout: time.Second, driftFactor: 0.01, minDrift: 2 * time.Millisecond, retryDelay: 20 * time.Millisecond}
@@ -167,7 +178,7 @@ func TestSplitVote(t *testing.T) {
 		}
 	}
 	cs[4].Shutdown(ctx) // down; the shutdown reply itself is an error
-	_, err, split := d.round(ctx, backend.Request{Key: "s", Token: "mine", TTL: 10 * time.Second})
+	_, split, err := d.round(ctx, backend.Request{Key: "s", Token: "mine", TTL: 10 * time.Second})
 	if !errors.Is(err, backend.ErrNotAcquired) || !split || !strings.Contains(err.Error(), "split vote: 2 of 5 nodes accepted, 2 refused") {
 		t.Fatalf("round = %v (split %v), want a split vote", err, split)
 	}
@@ -215,5 +226,131 @@ func TestHolderTTLAfterExpiry(t *testing.T) {
 	}
 	if got := d.holderTTL(ctx, key, out); got != time.Millisecond {
 		t.Errorf("holderTTL with the key gone from every refusing node = %v, want 1ms", got)
+	}
+}
+
+// evalCalls is the EVALSHA and EVAL calls a server has had.
+func evalCalls(t *testing.T, c *goredis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, name := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), name); ok {
+				n, _, _ := strings.Cut(rest, ",")
+				v, err := strconv.ParseInt(n, 10, 64)
+				if err != nil {
+					t.Fatalf("INFO commandstats: %q: %v", line, err)
+				}
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// TestRefreshBatch: the watchdog's batched refresh extends each lock that
+// a majority still holds for us, reports ErrNotHeld for one a majority no
+// longer holds, judges validity per round like Refresh, and sends each
+// node a script call per 100 locks, not one per lock.
+func TestRefreshBatch(t *testing.T) {
+	d, cs := testDriver(t, defaults)
+	ctx := context.Background()
+	const n = 1200 // two rounds of maxRoundLocks
+	var locks []backend.Held
+	var ttls []time.Duration
+	for i := range n {
+		acq, err := d.TryAcquire(ctx, backend.Request{Key: fmt.Sprint("b", i), Token: fmt.Sprint("t", i), TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, acq.Held)
+		ttls = append(ttls, time.Minute)
+	}
+	// Lock 7 changed hands on a majority, lock 9 on a minority.
+	for j, c := range cs {
+		if j < 3 {
+			c.Set(ctx, lockKey("b7"), "thief", time.Minute)
+		}
+		if j < 2 {
+			c.Set(ctx, lockKey("b9"), "thief", time.Minute)
+		}
+	}
+	// The first call loads the script on each node (NOSCRIPT, then EVAL).
+	if err := d.RefreshBatch(ctx, locks[:1], ttls[:1])[0]; err != nil {
+		t.Fatal(err)
+	}
+	before := make([]int64, len(cs))
+	for j, c := range cs {
+		before[j] = evalCalls(t, c)
+	}
+	errs := d.RefreshBatch(ctx, locks, ttls)
+	for j, c := range cs {
+		if calls := evalCalls(t, c) - before[j]; calls < 1 || calls > n/redisconn.MaxRefreshKeys+2 {
+			t.Errorf("node %d: %d locks refreshed in %d script calls, want about %d", j, n, calls, n/redisconn.MaxRefreshKeys)
+		}
+	}
+	for i, err := range errs {
+		switch {
+		case i == 7:
+			if !errors.Is(err, backend.ErrNotHeld) {
+				t.Errorf("lock 7, taken over on 3 of 5 nodes: %v, want ErrNotHeld", err)
+			}
+		case err != nil:
+			t.Errorf("lock %d: %v", i, err)
+		}
+	}
+	for j, c := range cs {
+		if ttl := c.PTTL(ctx, lockKey("b100")).Val(); ttl < 50*time.Second {
+			t.Errorf("node %d: lock b100 after a 1m refresh has %v left", j, ttl)
+		}
+		if v := c.Get(ctx, lockKey("b7")).Val(); j < 3 && v != "thief" {
+			t.Errorf("node %d: the batch touched a lock that is not ours: %q", j, v)
+		}
+	}
+
+	// A round that takes the whole TTL leaves no validity: too late, not
+	// lost.
+	d.now = (&stepClock{t: time.Now(), steps: []time.Duration{time.Minute}}).now
+	for i, err := range d.RefreshBatch(ctx, locks[:3], ttls[:3]) {
+		if err == nil || errors.Is(err, backend.ErrNotHeld) || !strings.Contains(err.Error(), "too late") {
+			t.Errorf("lock %d refreshed in a round as long as its TTL: %v, want a too-late error", i, err)
+		}
+	}
+	d.now = time.Now
+	for _, l := range locks {
+		l.Release(ctx)
+	}
+}
+
+// TestReleaseAsksAgain: a release that three of five nodes did not answer
+// decides nothing; it asks those nodes again, and succeeds once they
+// answer, rather than leave the lock to its TTL there.
+func TestReleaseAsksAgain(t *testing.T) {
+	d, _, srv := testDriverServers(t, defaults)
+	ctx := context.Background()
+	acq, err := d.TryAcquire(ctx, backend.Request{Key: "again", Token: "t", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range srv[:3] {
+		s.Stop()
+	}
+	var rounds []int
+	releaseRetryHook = func(round int) {
+		rounds = append(rounds, round)
+		for _, s := range srv[:3] {
+			s.Start() // empty: the lock is not there any more
+		}
+	}
+	defer func() { releaseRetryHook = nil }()
+	if err := acq.Held.Release(ctx); err != nil {
+		t.Fatalf("Release with three nodes back after the first round: %v", err)
+	}
+	if len(rounds) != 1 {
+		t.Errorf("release rounds retried: %v, want one", rounds)
 	}
 }

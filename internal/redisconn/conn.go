@@ -1,7 +1,9 @@
 // Package redisconn is what the Redis-based backends (redis, redlock) need
 // from a Redis client library, satisfied by go-redis v9 and by redigo so
-// that both run exactly the same algorithms, and the release-notice
-// subscriber they share.
+// that both run exactly the same algorithms, and what the two backends
+// share: the scripts on a lock key (release, refresh, TTL, batched
+// refresh), the release-notice subscriber, the eviction-policy check and
+// the URL, dial and probe code.
 package redisconn
 
 import (
@@ -26,18 +28,20 @@ type Conn interface {
 	// EvalMany runs len(calls) invocations of s in one pipeline (split by
 	// slot on a Cluster) and returns a result or an error for each.
 	EvalMany(ctx context.Context, s *Script, calls []Call) []Reply
+	// KeyGroup says which keys one script call may name together: those
+	// of the same group, when together is true (the same server and, on
+	// a Cluster, the same hash slot). When it is false, key goes in a
+	// call of its own (a Ring, which places each call by its first key).
+	KeyGroup(key string) (group int, together bool)
 	// Subscribe opens a dedicated pub/sub connection.
 	Subscribe(ctx context.Context) (PubSub, error)
-	// BLPop blocks for up to timeout on a list, on a connection of its own,
-	// and reports whether an element was popped. Cancelling ctx ends the
-	// wait promptly.
-	BLPop(ctx context.Context, key string, timeout time.Duration) (bool, error)
 	// Servers returns the servers behind the client, for checks that must
 	// look at each of them: the one server, or every master of a Redis
 	// Cluster (every live shard of a Ring). The error says the client
 	// could not even learn which servers those are.
 	Servers(ctx context.Context) ([]Server, error)
-	// SetNX runs SET key value NX PX ttl and reports whether it set the key.
+	// SetNX runs SET key value NX PX ttl (in whole milliseconds, at least
+	// one: see Millis) and reports whether it set the key.
 	SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
 	// Close closes the client if the Locker opened it, else does nothing.
 	Close() error
@@ -100,6 +104,8 @@ type Script struct {
 	keys int
 }
 
+// NewScript returns the script src, named name, that takes keys keys (-1
+// for any number).
 func NewScript(name, src string, keys int) *Script {
 	sum := sha1.Sum([]byte(src))
 	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), keys: keys}
@@ -119,6 +125,15 @@ func AsInt(v any) (int64, error) {
 		return 0, errors.New("redis: unexpected nil reply")
 	}
 	return 0, fmt.Errorf("redis: unexpected reply %T(%v), want an integer", v, v)
+}
+
+// EvalInt runs s on c and converts its integer reply.
+func EvalInt(ctx context.Context, c Conn, s *Script, keys []string, args ...any) (int64, error) {
+	v, err := c.Eval(ctx, s, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	return AsInt(v)
 }
 
 // AsPair converts a script's {int, int} reply.

@@ -20,6 +20,8 @@ type EvictionCheck struct {
 	Allow bool
 	// TolerateUnreachable logs a server that does not answer instead of
 	// failing: Redlock is meant to work with a minority of its nodes down.
+	// A TLS handshake that fails for want of configuration (plain text,
+	// an unverifiable certificate) fails all the same.
 	TolerateUnreachable bool
 	// Log receives the warnings.
 	Log *slog.Logger
@@ -41,53 +43,8 @@ type Target struct {
 // where CONFIG is not permitted, as on many managed services, is logged
 // once (for all such servers) and accepted.
 func CheckEviction(ctx context.Context, targets []Target, o EvictionCheck) error {
-	type result struct {
-		target int // index in targets
-		name   string
-		policy string // one that can evict, or ""
-		err    error
-	}
-	var (
-		mu      sync.Mutex
-		results []result
-		wg      sync.WaitGroup
-	)
-	add := func(r result) {
-		mu.Lock()
-		results = append(results, r)
-		mu.Unlock()
-	}
-	for i, tg := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			servers, err := tg.Conn.Servers(ctx)
-			if err != nil {
-				add(result{target: i, name: tg.Name, err: err})
-				return
-			}
-			for _, s := range servers {
-				name := s.Addr()
-				if name == "" {
-					name = tg.Name
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					policy, err := evictionRisk(ctx, s)
-					add(result{target: i, name: name, policy: policy, err: err})
-				}()
-			}
-		}()
-	}
-	wg.Wait()
-	// In the order of the targets, then of the addresses: stable messages.
-	slices.SortFunc(results, func(a, b result) int {
-		return cmp.Or(cmp.Compare(a.target, b.target), strings.Compare(a.name, b.name))
-	})
-
-	var risky, noConfig, unreachable []result
-	for _, r := range results {
+	var risky, noConfig, unreachable []policyResult
+	for _, r := range readPolicies(ctx, targets) {
 		switch {
 		case r.err != nil && IsServerError(r.err):
 			noConfig = append(noConfig, r)
@@ -99,14 +56,8 @@ func CheckEviction(ctx context.Context, targets []Target, o EvictionCheck) error
 	}
 	if len(noConfig) > 0 {
 		args := []any{"err", noConfig[0].err}
-		var names []string
-		for _, r := range noConfig {
-			if r.name != "" {
-				names = append(names, r.name)
-			}
-		}
-		if len(names) > 0 {
-			args = append(args, "servers", strings.Join(names, ", "))
+		if names := namesOf(noConfig); names != "" {
+			args = append(args, "servers", names)
 		}
 		o.Log.Warn("locker/"+o.Backend+": cannot read maxmemory-policy; make sure it is noeviction, or lock keys may be evicted under memory pressure", args...)
 	}
@@ -124,7 +75,7 @@ func CheckEviction(ctx context.Context, targets []Target, o EvictionCheck) error
 			o.Backend, strings.Join(parts, ", ")))
 	}
 	for _, r := range unreachable {
-		if o.TolerateUnreachable {
+		if o.TolerateUnreachable && !tlsMisconfigured(r.err) {
 			o.Log.Warn("locker/"+o.Backend+": node unreachable at open", "node", r.name, "err", r.err)
 			continue
 		}
@@ -135,6 +86,62 @@ func CheckEviction(ctx context.Context, targets []Target, o EvictionCheck) error
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// policyResult is what readPolicies found on one server.
+type policyResult struct {
+	target int // index in targets
+	name   string
+	policy string // one that can evict, or ""
+	err    error
+}
+
+// readPolicies reads the eviction risk of every server behind targets,
+// all at once, in the order of the targets, then of the addresses, so
+// that messages are stable.
+func readPolicies(ctx context.Context, targets []Target) []policyResult {
+	var (
+		mu      sync.Mutex
+		results []policyResult
+		wg      sync.WaitGroup
+	)
+	add := func(r policyResult) {
+		mu.Lock()
+		results = append(results, r)
+		mu.Unlock()
+	}
+	for i, tg := range targets {
+		wg.Go(func() {
+			servers, err := tg.Conn.Servers(ctx)
+			if err != nil {
+				add(policyResult{target: i, name: tg.Name, err: err})
+				return
+			}
+			for _, s := range servers {
+				name := cmp.Or(s.Addr(), tg.Name)
+				wg.Go(func() {
+					policy, err := evictionRisk(ctx, s)
+					add(policyResult{target: i, name: name, policy: policy, err: err})
+				})
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(results, func(a, b policyResult) int {
+		return cmp.Or(cmp.Compare(a.target, b.target), strings.Compare(a.name, b.name))
+	})
+	return results
+}
+
+// namesOf joins the names of rs that have one.
+func namesOf(rs []policyResult) string {
+	var names []string
+	for _, r := range rs {
+		if r.name != "" {
+			names = append(names, r.name)
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // evictionRisk reads a server's maxmemory-policy and returns it when it

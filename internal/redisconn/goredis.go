@@ -2,10 +2,8 @@ package redisconn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +16,7 @@ import (
 type goredisConn struct {
 	c     goredis.UniversalClient
 	owned bool
+	gate  *dialGate // nil for a client Dial did not build
 }
 
 // NewGoRedis adapts c. Close closes c only if owned.
@@ -52,6 +51,16 @@ func (g *goredisConn) EvalMany(ctx context.Context, s *Script, calls []Call) []R
 		out[i] = Reply{v, err}
 	}
 	return out
+}
+
+func (g *goredisConn) KeyGroup(key string) (int, bool) {
+	switch g.c.(type) {
+	case *goredis.Client:
+		return 0, true
+	case *goredis.ClusterClient:
+		return Slot(key), true
+	}
+	return 0, false
 }
 
 func (g *goredisConn) Subscribe(ctx context.Context) (PubSub, error) {
@@ -99,52 +108,8 @@ func (p *goredisPubSub) Receive(ctx context.Context) (string, Event, error) {
 func (p *goredisPubSub) Interrupt()   { p.ps.Close() }
 func (p *goredisPubSub) Close() error { return p.ps.Close() }
 
-// blockSlice bounds one BLPOP so that it stays well inside go-redis's
-// default read timeout (3 s), which applies to raw commands.
-const blockSlice = time.Second
-
-func (g *goredisConn) BLPop(ctx context.Context, key string, timeout time.Duration) (bool, error) {
-	var node *goredis.Client
-	switch c := g.c.(type) {
-	case *goredis.Client:
-		node = c
-	case *goredis.ClusterClient:
-		var err error
-		if node, err = c.MasterForKey(ctx, key); err != nil {
-			return false, err
-		}
-	default:
-		return false, fmt.Errorf("redis: blocking wake-up list needs a *Client or *ClusterClient, not %T", g.c)
-	}
-	cn := node.Conn()
-	defer cn.Close()
-	id, err := cn.ClientID(ctx).Result()
-	if err != nil {
-		return false, err
-	}
-	// A cancelled wait is ended by CLIENT UNBLOCK from another connection,
-	// so the blocked connection goes back to the pool clean.
-	stop := context.AfterFunc(ctx, func() {
-		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		node.ClientUnblock(uctx, id)
-	})
-	defer stop()
-	timeout = min(timeout, blockSlice)
-	// The raw command: go-redis's BLPop rounds timeouts below 1 s up to 1 s.
-	secs := strconv.FormatFloat(max(timeout.Seconds(), 0.001), 'f', 3, 64)
-	err = cn.Do(context.WithoutCancel(ctx), "BLPOP", key, secs).Err()
-	if errors.Is(err, goredis.Nil) {
-		return false, ctx.Err()
-	}
-	if err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
 func (g *goredisConn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
-	return g.c.SetNX(ctx, key, value, ttl).Result()
+	return g.c.SetNX(ctx, key, value, time.Duration(Millis(ttl))*time.Millisecond).Result()
 }
 
 func (g *goredisConn) Servers(ctx context.Context) ([]Server, error) {
@@ -199,8 +164,11 @@ func (s goredisServer) ConfigGet(ctx context.Context, name string) (string, erro
 }
 
 func (g *goredisConn) Close() error {
-	if g.owned {
-		return g.c.Close()
+	if !g.owned {
+		return nil
 	}
-	return nil
+	if g.gate != nil {
+		g.gate.close()
+	}
+	return g.c.Close()
 }

@@ -15,7 +15,7 @@ import (
 // tests that hold a confirmation back on purpose.
 var subscribeTimeout = 2 * time.Second
 
-// notifier delivers release notices to the waiters of one Locker over a
+// Notifier delivers release notices to the waiters of one Locker over a
 // single subscriber connection, opened on the first Watch. A channel is
 // subscribed while at least one waiter watches it.
 //
@@ -189,11 +189,14 @@ func (n *Notifier) unwatch(channel string, w *watcher) {
 func (n *Notifier) loop(ctx context.Context) {
 	defer close(n.loopDone)
 	backoff := 10 * time.Millisecond
+	warned := false // about this outage
 	for ctx.Err() == nil {
 		ps, err := n.c.Subscribe(ctx)
+		if err != nil && ctx.Err() != nil {
+			return // closed: nothing to report
+		}
 		if err != nil {
-			n.log.Warn("locker: redis release notices unavailable; waiters fall back to the holder's TTL", "err", err)
-			n.wakeAll()
+			warned = n.unavailable(err, warned)
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -202,43 +205,77 @@ func (n *Notifier) loop(ctx context.Context) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		n.mu.Lock()
-		if n.closed {
-			n.mu.Unlock()
+		if warned {
+			warned = false
+			n.log.Info("locker: redis release notices available again")
+		}
+		if !n.attach(ctx, ps) {
 			ps.Close()
 			return
 		}
-		n.ps = ps
-		var chans []string
-		for ch, s := range n.subs {
-			chans = append(chans, ch)
-			// One SUBSCRIBE for all: the server confirms each channel.
-			s.seq = n.sentLocked(ch)
-		}
-		if len(chans) > 0 {
-			// Under n.mu, like every other subscribe: a connection takes
-			// one writer at a time.
-			if err := ps.Subscribe(ctx, chans...); err != nil {
-				n.brokenLocked("subscribe", chans[0], err)
-			}
-		}
-		n.mu.Unlock()
 		n.receive(ctx, ps)
-		n.mu.Lock()
-		n.ps = nil
-		// Every subscription must be confirmed again on the next
-		// connection, where the commands are counted afresh.
-		clear(n.cmds)
-		for _, s := range n.subs {
-			s.seq = 0
-			if s.confirmed {
-				s.confirmed = false
-				s.resubscribed = true
-				s.ready = make(chan struct{})
-			}
-		}
-		n.mu.Unlock()
+		n.detach()
 		ps.Close()
+	}
+}
+
+// unavailable reports a failed connection and wakes every waiter, who
+// falls back to the holder's TTL. It warns once an outage (warned says it
+// did already), and not while nobody waits: the connection is retried
+// every second until the server is back. It returns whether it warned.
+func (n *Notifier) unavailable(err error, warned bool) bool {
+	n.mu.Lock()
+	watched := len(n.subs) > 0
+	n.mu.Unlock()
+	if watched && !warned {
+		warned = true
+		n.log.Warn("locker: redis release notices unavailable; waiters fall back to the holder's TTL", "err", err)
+	} else {
+		n.log.Debug("locker: redis release notices still unavailable", "err", err)
+	}
+	n.wakeAll()
+	return warned
+}
+
+// attach makes ps the current connection and subscribes there every
+// channel watched, in one SUBSCRIBE (the server confirms each channel).
+// It returns false if the notifier was closed meanwhile.
+func (n *Notifier) attach(ctx context.Context, ps PubSub) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.ps = ps
+	var chans []string
+	for ch, s := range n.subs {
+		chans = append(chans, ch)
+		s.seq = n.sentLocked(ch)
+	}
+	if len(chans) > 0 {
+		// Under n.mu, like every other subscribe: a connection takes one
+		// writer at a time.
+		if err := ps.Subscribe(ctx, chans...); err != nil {
+			n.brokenLocked("subscribe", chans[0], err)
+		}
+	}
+	return true
+}
+
+// detach forgets the connection that ended: every subscription must be
+// confirmed again on the next one, where the commands are counted afresh.
+func (n *Notifier) detach() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.ps = nil
+	clear(n.cmds)
+	for _, s := range n.subs {
+		s.seq = 0
+		if s.confirmed {
+			s.confirmed = false
+			s.resubscribed = true
+			s.ready = make(chan struct{})
+		}
 	}
 }
 

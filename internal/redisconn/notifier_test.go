@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -235,5 +237,69 @@ func TestStaleConfirmation(t *testing.T) {
 				t.Fatalf("the release published after B's Watch returned ready (%d subscriber) was not delivered", got)
 			}
 		})
+	}
+}
+
+// levelCounter counts a logger's records by level, and the failed
+// connection attempts the notifier reports.
+type levelCounter struct {
+	mu       sync.Mutex
+	byLevel  map[slog.Level]int
+	failures int
+}
+
+func (c *levelCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *levelCounter) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *levelCounter) WithGroup(string) slog.Handler            { return c }
+func (c *levelCounter) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byLevel[r.Level]++
+	if strings.Contains(r.Message, "unavailable") {
+		c.failures++
+	}
+	return nil
+}
+
+func (c *levelCounter) counts() (warns, failures int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byLevel[slog.LevelWarn], c.failures
+}
+
+// TestNotifierWarnsOncePerOutage: with the server down, the notifier
+// retries its connection for as long as it runs, but warns once while a
+// waiter watches and not at all once none does.
+func TestNotifierWarnsOncePerOutage(t *testing.T) {
+	testenv.Get(t, testenv.RedisURL) // the same servers-required policy
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c, err := Dial([]string{addr}, ClientOptions{FailFast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lc := &levelCounter{byLevel: map[slog.Level]int{}}
+	n := NewNotifier(c, slog.New(lc))
+	defer n.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, _, err = n.Watch(ctx, "down")
+	cancel()
+	if err == nil {
+		t.Fatal("Watch with the server down succeeded")
+	}
+	_, before := lc.counts()
+	testenv.WaitFor(t, 30*time.Second, "three more failed connections with nobody watching", func() bool {
+		_, f := lc.counts()
+		return f >= before+3
+	})
+	warns, failures := lc.counts()
+	if warns != 1 {
+		t.Errorf("%d warnings over %d failed connections, want 1 (one outage)", warns, failures)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -52,6 +51,9 @@ func (r *redigoConn) Eval(ctx context.Context, s *Script, keys []string, args ..
 	}
 	return v, err
 }
+
+// KeyGroup: a redigo pool reaches one server.
+func (r *redigoConn) KeyGroup(string) (int, bool) { return 0, true }
 
 func (r *redigoConn) EvalMany(ctx context.Context, s *Script, calls []Call) []Reply {
 	out := make([]Reply, len(calls))
@@ -160,42 +162,13 @@ func (p *redigoPubSub) Close() error {
 	return p.psc.Close()
 }
 
-func (r *redigoConn) BLPop(ctx context.Context, key string, timeout time.Duration) (bool, error) {
-	c, err := r.get(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	id, err := redigo.Int64(redigo.DoContext(c, ctx, "CLIENT", "ID"))
-	if err != nil {
-		return false, err
-	}
-	// A cancelled wait is ended by CLIENT UNBLOCK from another connection,
-	// so the blocked connection goes back to the pool clean.
-	stop := context.AfterFunc(ctx, func() {
-		uc := r.pool.Get()
-		defer uc.Close()
-		_, _ = redigo.DoWithTimeout(uc, time.Second, "CLIENT", "UNBLOCK", id)
-	})
-	defer stop()
-	secs := strconv.FormatFloat(max(timeout.Seconds(), 0.001), 'f', 3, 64)
-	v, err := redigo.DoWithTimeout(c, timeout+5*time.Second, "BLPOP", key, secs)
-	if err != nil {
-		return false, err
-	}
-	if v == nil {
-		return false, ctx.Err()
-	}
-	return true, nil
-}
-
 func (r *redigoConn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
 	c, err := r.get(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer c.Close()
-	v, err := redigo.DoContext(c, ctx, "SET", key, value, "NX", "PX", max(ttl.Milliseconds(), 1))
+	v, err := redigo.DoContext(c, ctx, "SET", key, value, "NX", "PX", Millis(ttl))
 	if err != nil {
 		return false, err
 	}

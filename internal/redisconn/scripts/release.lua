@@ -1,7 +1,8 @@
--- Release a lock on one Redlock node only if it holds our token, and
--- publish a release notice for the waiters.
+-- Release a lock only if it is still ours, and publish a release notice
+-- for its waiters.
 -- KEYS[1] lock key; ARGV[1] token, ARGV[2] release channel
--- Returns 1 when deleted, 0 when the key did not hold our token.
+-- Returns 1 when released, 0 when the key did not hold our token (expired,
+-- taken by another).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 	return 0
 end

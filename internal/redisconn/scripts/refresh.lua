@@ -1,6 +1,6 @@
 -- Extend a lock only if it is still ours.
 -- KEYS[1] lock key; ARGV[1] token, ARGV[2] new TTL in ms
--- Returns 1 when extended, 0 when the lock is not ours.
+-- Returns 1 when extended, 0 when the key does not hold our token.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
 	return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end

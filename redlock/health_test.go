@@ -1,0 +1,144 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/redisconn"
+	"github.com/distlock/locker/internal/testenv"
+)
+
+// noProbes keeps skipped nodes skipped for the whole test.
+var noProbes = func() settings {
+	s := defaults
+	s.probeMin, s.probeMax = time.Hour, time.Hour
+	return s
+}()
+
+func skip(d *driver, i int) {
+	d.skipNode(d.nodes[i], skipAfter, errors.New("test: skipped"))
+}
+
+// TestSkippedNodesDoNotVote: two of five nodes are skipped though their
+// servers are up and would vote. Every quorum is still a majority of all
+// five, never of the three asked, and the skipped nodes are not touched.
+func TestSkippedNodesDoNotVote(t *testing.T) {
+	d, cs := testDriver(t, noProbes)
+	ctx := context.Background()
+	skip(d, 0)
+	skip(d, 1)
+
+	// Acquire: nodes 3 and 4 accept, node 2 has another holder: 2 of 5.
+	cs[2].Set(ctx, lockKey("a"), "other", time.Minute)
+	_, err := d.TryAcquire(ctx, backend.Request{Key: "a", Token: "t1", TTL: 10 * time.Second})
+	var busy *backend.Busy
+	if !errors.As(err, &busy) {
+		t.Fatalf("TryAcquire with 2 of 5 nodes accepting, 2 skipped: %v, want *backend.Busy", err)
+	}
+	for i, c := range cs {
+		if v, _ := c.Get(ctx, lockKey("a")).Result(); v == "t1" {
+			t.Errorf("node %d holds the refused lock's token after the round", i)
+		}
+	}
+
+	// A lock taken on all five; then node 2 loses it. Only nodes 3 and 4
+	// of those asked still hold it: no majority, though 0 and 1 have it.
+	d2, cs2 := testDriver(t, noProbes)
+	acq, err := d2.TryAcquire(ctx, backend.Request{Key: "b", Token: "t2", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip(d2, 0)
+	skip(d2, 1)
+	cs2[2].Del(ctx, lockKey("b"))
+	h := acq.Held
+	wantNoMajority := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s with 2 of 5 nodes holding the lock and 2 skipped: nil error", what)
+			return
+		}
+		for _, i := range []int{0, 1} {
+			if want := d2.nodes[i].addr + ": not asked"; !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v; want it to name the skipped node (%q)", what, err, want)
+			}
+		}
+	}
+	err = h.Refresh(ctx, time.Minute)
+	wantNoMajority("Refresh", err)
+	_, err = h.TTL(ctx)
+	wantNoMajority("TTL", err)
+	wantNoMajority("RefreshBatch", d2.RefreshBatch(ctx, []backend.Held{h}, []time.Duration{time.Minute})[0])
+	err = h.Release(ctx)
+	wantNoMajority("Release", err)
+	for _, i := range []int{0, 1} {
+		ttl := cs2[i].PTTL(ctx, lockKey("b")).Val()
+		if ttl <= 0 || ttl > 10*time.Second {
+			t.Errorf("skipped node %d: PTTL %v, want the lock left as taken (10s TTL), untouched", i, ttl)
+		}
+	}
+}
+
+// TestProbeBringsBack: a skipped node whose server answers is used again
+// once the prober asks it, without any request asking it first.
+func TestProbeBringsBack(t *testing.T) {
+	s := defaults
+	s.probeMin, s.probeMax = 10*time.Millisecond, 10*time.Millisecond
+	d, _ := testDriver(t, s)
+	skip(d, 3)
+	if d.nodes[3].skipped() == nil {
+		t.Fatal("node 3 not skipped after skipNode")
+	}
+	testenv.WaitFor(t, 10*time.Second, "probe puts node 3 back", func() bool { return d.nodes[3].skipped() == nil })
+}
+
+// TestCloseStopsProbes: after Close, a skipped node that never answers is
+// dialed no more, and no probe goroutine is left (goleak, in TestMain).
+// Close waits for a probe under way, so every dial it made is counted by
+// the time Close returns.
+func TestCloseStopsProbes(t *testing.T) {
+	dead := testenv.StartRedis(t)
+	dead.Stop()
+	var dials atomic.Int64
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var ns []*node
+	for i := range 3 {
+		opts := &goredis.Options{Addr: dead.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}
+		if i == 0 {
+			// Below go-redis's dial circuit breaker, whose own prober
+			// would dial once a second until the client closes.
+			opts.PoolSize = 1000
+			opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials.Add(1)
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}
+		} else {
+			opts.Addr = testenv.StartRedis(t).Addr()
+		}
+		c := goredis.NewClient(opts)
+		t.Cleanup(func() { c.Close() })
+		ns = append(ns, newNode(opts.Addr, redisconn.NewGoRedis(c, false), log))
+	}
+	s := defaults
+	s.probeMin, s.probeMax = time.Millisecond, time.Millisecond
+	d := newDriver(ns, s, log)
+	skip(d, 0)
+	testenv.WaitFor(t, 10*time.Second, "a few probes", func() bool { return dials.Load() >= 3 })
+	d.Close()
+	after := dials.Load()
+	time.Sleep(50 * time.Millisecond) // some 50 probe periods
+	if n := dials.Load() - after; n != 0 {
+		t.Errorf("%d dials to the skipped node after Close", n)
+	}
+}
