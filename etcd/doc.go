@@ -11,7 +11,8 @@
 //	etcds://...?cacert=ca.pem&cert=client.pem&key=client-key.pem
 //
 // The path is the namespace, the etcd key prefix of every lock queue
-// (default "locker"). Parameters besides the shared ttl and prefix:
+// (default "locker"); a host without a port gets 2379. Parameters besides
+// the shared ttl and prefix:
 // dial_timeout (default 5s), and for etcds:// cacert (the CA that signed
 // the servers' certificates; default: the system's), cert and key (a
 // client certificate, for servers run with --client-cert-auth). A user
@@ -131,9 +132,13 @@
 // the lease's confirmed validity.
 //
 // Lost closes at the lock's validity at the latest. It closes earlier
-// when the lock is released, when a refresh finds the entry gone (or on
-// another lease: our lease no longer bounds it), when the server says
-// the lease is gone (at the next keepalive), and when the lease lapses:
+// when the lock is released; when its entry is deleted by someone else
+// (an operator, a tool, a revoke of our lease), or put again under
+// another create revision or on a lease the entry is not on (our lease no
+// longer bounds it): the Locker's watch reports that as soon as etcd
+// delivers the change, and a Refresh, which reads the entry, finds it
+// too; when the server says the lease is gone (at the next keepalive);
+// and when the lease lapses:
 // its confirmed validity, less the drift allowance, passes without a
 // newer keepalive answered. The lapse has a timer of its own, which
 // neither a keepalive in flight nor any cleanup holds up. So a
@@ -148,32 +153,61 @@
 // that cannot reach etcd waits for it no longer than the lease it is made
 // for lives.
 //
+// The watch is one per Locker, on its whole namespace, from the first lock
+// it holds until a minute after its last, and it follows every change
+// from a known revision on. Before it starts, and again after any gap (its
+// stream ended: no leader, a compaction of the revisions it would resume
+// from, a connection that could not be resumed), the Locker reads every
+// held entry and starts the watch just after the earliest revision those
+// reads saw, so a change made during the gap is found by the reads or
+// reported by the watch. A lock taken while the watch starts, or whose
+// entry changed before the Locker knew of the lock, has its entry read
+// once. The watch tells of a change a moment after it is applied (the
+// time etcd takes to deliver it; during a gap, until the reads are done),
+// and Lost is closed then: there is no bound on that delay but the lock's
+// validity, which the lease alone bounds. A deletion by someone else is an
+// operator's error, which no lease can prevent; fencing tokens cover the
+// holder that acts in that moment.
+//
 // # Holding many locks
 //
 // Keeping N locks alive costs per lease (one per TTL in whole seconds in
-// use), whatever N, one keepalive every sixth of its TTL; and per refresh
-// period (a third of the TTL, when the watchdog refreshes each lock) one
-// transaction per 128 locks, whatever the number of leases. A refresh
-// that keeps a lock's TTL renews nothing, since the lease is kept alive
-// already; it only looks that the lock's entry is still there, with its
-// create revision, on our lease. The watchdog refreshes together the
-// locks that fall due within a thirtieth of the TTL, at most about ten
-// batches per refresh period, and the Locker looks at a batch's entries in
-// transactions of up to 128 keys-only reads (etcd's default --max-txn-ops;
-// on a server set lower, the first refusal teaches the Locker its limit).
-// A transaction of reads alone is served without a raft round, as a
-// linearizable read: the leader confirms that it still leads, then an
-// index lookup per lock. So with one TTL, N locks cost about 6/TTL
-// keepalives and 3/TTL * (N/128 + 10) transactions per second, rather than
-// a request per lock per period: 10,000 locks at a 3 s TTL about 90
-// requests per second. internal/heldtest's BenchmarkHeld measures it.
+// use), whatever N, one keepalive every sixth of its TTL, and nothing per
+// lock: a refresh by the watchdog that keeps a lock's TTL renews nothing,
+// since the lease is kept alive already, and reads nothing, since the
+// watch reports a changed entry; it only records that the lease still
+// lives. So with one TTL, N locks cost the server 6/TTL requests per
+// second: 2 per second at a 3 s TTL, 0.2 at 30 s, for 100,000 locks as for
+// one. (Measured with internal/heldtest's BenchmarkHeld, 100,000 locks at
+// a 3 s TTL: about 4 server requests per second while held, the gRPC
+// stream messages of the keepalives included; before the watch, when each
+// refresh read its lock's entry in transactions of 128 reads, the server
+// received about 800 such transactions per second, could not keep up on
+// two cores, and 20-80% of the locks ran out of validity.)
 //
-// A lock whose lease was given up is told ErrNotHeld without a request. A
-// refresh with another TTL moves the lock to that TTL's lease with a
-// transaction of its own, as Refresh does. The Locker's goroutines do not
-// grow with N: one per lease, one more while its keepalive is in flight
-// and one while it has entries to clean up, and at most 16 helping the
-// refresh batches in flight, all together.
+// A lock the watchdog refreshes alone (the only one due within a
+// thirtieth of the TTL; so at most about ten per refresh period, whatever
+// N) is refreshed through Refresh, which reads its entry: one
+// linearizable read. A lock refreshed with another TTL moves to that TTL's
+// lease with a transaction of its own, as Refresh does; one whose lease
+// was given up is told ErrNotHeld without a request.
+//
+// The watch costs the server a stream and an event per change in the
+// namespace, every Locker's changes included (two per acquisition and
+// release), and nothing per held lock. Covering a gap in it costs a read
+// of every held entry, in linearizable transactions of up to 128 reads
+// (etcd's default --max-txn-ops; on a server set lower, the first refusal
+// teaches the Locker its limit), served without a raft round: N/128
+// transactions, once per gap, not per period. The locks taken while the
+// watch starts, or whose entries changed before the Locker knew of them
+// (an acquisition whose reply came after the watch had passed a later
+// change in the namespace), are read the same way, together, as they
+// come.
+//
+// The Locker's goroutines do not grow with N: one per lease, one more
+// while its keepalive is in flight and one while it has entries to clean
+// up, one for the watch (and the client's own for its watch stream), and
+// at most 16 helping the batched requests in flight, all together.
 //
 // # Fencing tokens
 //

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -68,7 +68,6 @@ func leaseSeconds(ttl time.Duration) int64 {
 
 type driver struct {
 	cli    *clientv3.Client
-	kv     pb.KVClient // cli's KV service on its connection; nil: use cli.KV (see requests.go)
 	owned  bool
 	ns     string
 	minTTL time.Duration
@@ -82,8 +81,11 @@ type driver struct {
 	// transaction, learnt from its refusal of a batched refresh; 0 until
 	// then: maxTxnOps.
 	txnOps atomic.Int64
-	// helpers holds a token for each goroutine helping a RefreshBatch.
+	// helpers holds a token for each goroutine helping with batched
+	// requests (runJobs).
 	helpers chan struct{}
+	// w watches the namespace for changes to held entries.
+	w *watcher
 
 	mu     sync.Mutex
 	closed bool
@@ -93,15 +95,17 @@ type driver struct {
 
 func newDriver(cli *clientv3.Client, owned bool, ns string, minTTL time.Duration, log *slog.Logger) *driver {
 	d := &driver{
-		cli: cli, kv: directKV(cli), owned: owned, ns: ns, minTTL: minTTL, log: log,
+		cli: cli, owned: owned, ns: ns, minTTL: minTTL, log: log,
 		leases: map[int64]*lease{}, full: map[*lease]struct{}{}, helpers: make(chan struct{}, maxHelpers),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.w = newWatcher(d)
 	return d
 }
 
 func (d *driver) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
+		Name:          "etcd",
 		Fencing:       true,
 		FIFO:          true,
 		WakeOnRelease: true,
@@ -213,320 +217,15 @@ func wrap(ctx context.Context, err error) error {
 	return fmt.Errorf("etcd: %w", err)
 }
 
-// abandon handles an acquire request that failed without a clear answer:
-// it may have been applied though its reply was lost, or it may yet be
-// applied. Our queue entry's name is reserved for this acquisition, so
-// deleting it if it is on our lease removes exactly what that request
-// may have created. A cleanup that finds nothing proves nothing: etcd
-// serves the put and the cleanup concurrently, and may apply the put
-// after the cleanup looked. The name then stays reserved and the lease's
-// sweeper keeps looking for the entry, as it does when the cleanup fails;
-// the entry never outlives the lease.
-func (d *driver) abandon(ctx context.Context, l *lease, key string, rev int64, err error) error {
-	defer d.unref(l)
-	if definite(err) {
-		l.free(key)
-		return wrap(ctx, err)
-	}
-	cctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
-	defer cancel()
-	resp, cerr := d.cli.Txn(cctx).If(l.ours(key, rev)).Then(clientv3.OpDelete(key)).Commit()
-	switch {
-	case cerr != nil:
-		l.addOrphan(key, rev, l)
-		return fmt.Errorf("%w (the cleanup of a queue entry this request may have created failed and is being retried; the entry lives at most until its %v lease lapses: %v)",
-			wrap(ctx, err), l.ttl, cerr)
-	case rev == 0 && !resp.Succeeded:
-		l.addOrphan(key, 0, l) // the put's fate is unknown
-	default:
-		l.free(key) // deleted, or known gone
-	}
-	return wrap(ctx, err)
-}
-
-func kvs(r *clientv3.TxnResponse, i int) []*mvccpb.KeyValue {
-	return r.Responses[i].GetResponseRange().Kvs
-}
-
-// TryAcquire puts our entry only if the lock's queue is empty, in one
-// transaction that, when the queue is busy, reads its first entry instead.
-func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
-	secs := leaseSeconds(req.TTL)
-	qp := d.queuePrefix(req.Key)
-	for tries := 0; ; tries++ {
-		l, key, err := d.entry(ctx, secs, qp)
-		if err != nil {
-			return backend.Acquisition{}, err
-		}
-		start := time.Now()
-		tctx, cancel := l.bound(ctx)
-		resp, err := d.putEntry(tctx, putIfFreeElseFirst, qp, key, l.id)
-		err = l.why(tctx, err)
-		cancel()
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) && tries < 2 {
-			l.die(errLeaseExpired) // expired since we last renewed it
-			d.unref(l)
-			continue
-		}
-		if err != nil {
-			return backend.Acquisition{}, d.abandon(ctx, l, key, 0, err)
-		}
-		rev := resp.Header.Revision
-		if !resp.Succeeded {
-			first := kvs(resp, 0)
-			if len(first) == 0 || string(first[0].Key) != key {
-				l.free(key)
-				d.unref(l)
-				return backend.Acquisition{}, &backend.Busy{}
-			}
-			// Our own entry, put by an earlier send of this request.
-			rev = first[0].CreateRevision
-		}
-		return d.granted(ctx, req, l, key, rev, start)
-	}
-}
-
-// entry returns the lease for secs (with one reference for the caller)
-// and a name for a new queue entry under qp on it.
-func (d *driver) entry(ctx context.Context, secs int64, qp string) (*lease, string, error) {
-	for {
-		l, err := d.getLease(ctx, secs)
-		if err != nil {
-			return nil, "", err
-		}
-		if key, ok := l.reserve(qp); ok {
-			return l, key, nil
-		}
-		d.unref(l) // lapsed since getLease
-	}
-}
-
-// granted turns our first-in-queue entry into a held lock.
-func (d *driver) granted(ctx context.Context, req backend.Request, l *lease, key string, rev int64, start time.Time) (backend.Acquisition, error) {
-	h := d.newHeld(key, rev, req.OnLost, l)
-	if !l.register(h) {
-		// The lease lapsed while we acquired: the entry goes with it.
-		return backend.Acquisition{}, d.abandon(ctx, l, key, rev, fmt.Errorf("%w: lease lapsed during the acquire", errRequeue))
-	}
-	acq := backend.Acquisition{Held: h, Fence: uint64(rev), Fenced: true, Start: start}
-	if l.ttl != req.TTL {
-		acq.TTL = l.ttl
-	}
-	return acq, nil
-}
-
-// Acquire queues for the lock. Our entry is put with our lease by a
-// transaction that applies only if the queue is empty: then that is all
-// (the lock is ours, for what a bare put-if-absent costs). Otherwise a
-// second put joins the queue; we read the entry just before ours, watch
-// only that predecessor for deletion, and look again.
-func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
-	secs := leaseSeconds(req.TTL)
-	qp := d.queuePrefix(req.Key)
-	for {
-		l, key, err := d.entry(ctx, secs, qp)
-		if err != nil {
-			return backend.Acquisition{}, err
-		}
-		acq, err := d.queue(ctx, req, l, qp, key)
-		if errors.Is(err, errRequeue) && ctx.Err() == nil {
-			continue
-		}
-		if errors.Is(err, errRequeue) {
-			err = ctx.Err()
-		}
-		return acq, err
-	}
-}
-
-// queue runs one queue entry from its creation to the grant, or removes
-// it.
-func (d *driver) queue(ctx context.Context, req backend.Request, l *lease, qp, key string) (backend.Acquisition, error) {
-	start := time.Now()
-	// The first transaction carries nothing for the busy case: an
-	// untaken branch still costs the free one (a put there about 1% of an
-	// uncontended Acquire+Release, reads about 4%). A waiter pays a second
-	// raft round to join instead, before it waits anyway.
-	form := putIfFree
-	var resp *clientv3.TxnResponse
-	for resp == nil {
-		tctx, cancel := l.bound(ctx)
-		r, err := d.putEntry(tctx, form, qp, key, l.id)
-		err = l.why(tctx, err)
-		cancel()
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			l.die(errLeaseExpired)
-			d.unref(l)
-			return backend.Acquisition{}, errRequeue
-		}
-		if err != nil {
-			return backend.Acquisition{}, d.abandon(ctx, l, key, 0, err)
-		}
-		switch {
-		case r.Succeeded && form == putIfFree:
-			return d.granted(ctx, req, l, key, r.Header.Revision, start)
-		case r.Succeeded:
-			resp = r
-		default:
-			form = putAlways // busy: join the queue
-		}
-	}
-	var (
-		// Our entry's create revision: this put's, unless an earlier send
-		// of this request created the entry already (its reply was lost);
-		// the first look below tells.
-		rev     = resp.Header.Revision
-		pred    string // the entry just before ours
-		predRev int64  // its create revision: its name may be reused once it is deleted
-		check   = true // look up the predecessor before waiting
-		seen    int64  // the revision at which pred was seen
-		backoff = 10 * time.Millisecond
-	)
-	for {
-		if !check {
-			hook("watch", key, pred)
-			if err := d.waitGone(ctx, l, pred, predRev, seen); err != nil {
-				return backend.Acquisition{}, d.giveUp(ctx, l, key, rev, err)
-			}
-		}
-		check = false
-		hook("check", key, "")
-		start = time.Now()
-		tctx, cancel := l.bound(ctx)
-		r, err := d.cli.Txn(tctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(1), clientv3.WithKeysOnly())).
-			Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
-			Commit()
-		err = l.why(tctx, err)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return backend.Acquisition{}, d.giveUp(ctx, l, key, rev, ctx.Err())
-			}
-			if l.isDead() {
-				return backend.Acquisition{}, d.giveUp(ctx, l, key, rev, errRequeue)
-			}
-			// No leader for a moment, or a reconnect: look again soon.
-			d.log.Warn("locker/etcd: waiting acquire could not read its queue, retrying", "key", key, "err", err)
-			if err := d.sleep(ctx, l, backoff); err != nil {
-				return backend.Acquisition{}, d.giveUp(ctx, l, key, rev, err)
-			}
-			backoff = min(2*backoff, time.Second)
-			check = true
-			continue
-		}
-		backoff = 10 * time.Millisecond
-		if !r.Succeeded {
-			cur := kvs(r, 0)
-			if len(cur) == 0 {
-				// Our entry is gone: its lease lapsed or was revoked.
-				l.free(key)
-				d.unref(l)
-				return backend.Acquisition{}, errRequeue
-			}
-			// Made by an earlier send of this request: still ours (the
-			// name is reserved for this acquisition), queued since then.
-			rev = cur[0].CreateRevision
-			check = true
-			continue
-		}
-		before := kvs(r, 0)
-		if len(before) == 0 {
-			return d.granted(ctx, req, l, key, rev, start)
-		}
-		pred, predRev, seen = string(before[0].Key), before[0].CreateRevision, r.Header.Revision
-	}
-}
-
-// sleep waits for d, ctx or the end of the lease, whichever comes first.
-func (d *driver) sleep(ctx context.Context, l *lease, wait time.Duration) error {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.life.Done():
-		return errRequeue
-	case <-t.C:
-		return nil
-	}
-}
-
-// waitGone returns once entry pred, created at predRev and present at
-// revision seen, may be gone; the caller then looks again.
-//
-// The watch starts at the server's current revision, not at seen: a watch
-// from an older revision is served by etcd's catch-up loop, which runs
-// every 100 ms, and handoffs would take that long. A deletion between
-// seen and the start of the watch is found by reading pred once the watch
-// is in place, which is needed only if the store moved on since seen.
-func (d *driver) waitGone(ctx context.Context, l *lease, pred string, predRev, seen int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := d.cli.Watch(wctx, pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.life.Done():
-			return errRequeue
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				// The watch ended (no leader, a closed client): look
-				// again after a pause, so that a failing watch does not
-				// spin.
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return d.sleep(ctx, l, 50*time.Millisecond)
-			}
-			if wr.Created {
-				if wr.Header.Revision > seen {
-					tctx, cancel := l.bound(ctx)
-					g, err := d.cli.Get(tctx, pred, clientv3.WithKeysOnly())
-					cancel()
-					// A name can be reused: an entry under it with another
-					// create revision is not the one we queued behind.
-					if err != nil || len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != predRev {
-						return nil
-					}
-				}
-				continue
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return nil
-				}
-			}
-		}
-	}
-}
-
-// giveUp removes our queue entry after a wait that ended without the
-// lock.
-func (d *driver) giveUp(ctx context.Context, l *lease, key string, rev int64, err error) error {
-	cctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
-	defer cancel()
-	_, cerr := d.deleteEntry(cctx, key, rev)
-	if cerr != nil {
-		l.addOrphan(key, rev, l)
-	} else {
-		l.free(key)
-	}
-	d.unref(l)
-	if errors.Is(err, errRequeue) {
-		return errRequeue
-	}
-	return wrap(ctx, err)
-}
-
 // hookFn, set only by tests, observes waiters, "watch" (waiter key,
 // watched key) and "check" (waiter key); puts of queue entries, "put"
-// (entry key), before they are sent; and keepalives, "keepalive" (lease id
+// (entry key), before they are sent; keepalives, "keepalive" (lease id
 // in hex), before they are sent, from a goroutine of their own, which a
-// test may block without holding up the lease's lapse.
+// test may block without holding up the lease's lapse; held locks, "held"
+// (entry key), before the watcher learns of them; and the watcher's
+// start, "resync" before it looks at every held entry and "resynced"
+// before it starts the watch, and its changes, "change" (etcd key, PUT or
+// DELETE) once applied. The watcher's hooks run on its goroutine.
 var hookFn atomic.Pointer[func(event, key, other string)]
 
 func hook(event, key, other string) {
@@ -544,30 +243,126 @@ type held struct {
 
 	origin *lease // the lease whose name the entry bears
 
-	// The entry's compare-and-delete, built once when requests go to the
-	// connection directly (requests.go).
-	del deleteTxn
-
 	mu     sync.Mutex
 	lease  *lease   // the lease the entry is on
 	others []*lease // leases the entry may be on after a lease change whose reply was lost
-	done   bool     // released, expired or lost; no longer on any lease
+	moving *lease   // the lease a lease change in flight puts the entry on
+	// putRev is the revision of our last put of the entry known applied
+	// (its creation, or a lease change): the entry's state at any earlier
+	// revision is past, whatever it was.
+	putRev int64
+	done   bool // released, expired or lost; no longer on any lease
+	named  bool // the entry's name is reserved on origin (see freeName)
 }
 
 func (d *driver) newHeld(key string, rev int64, onLost func(error), l *lease) *held {
-	h := &held{d: d, key: key, rev: rev, onLost: onLost, lease: l, origin: l}
-	if d.kv != nil {
-		h.del.init([]byte(key), rev)
-	}
-	return h
+	return &held{d: d, key: key, rev: rev, onLost: onLost, lease: l, origin: l, named: true, putRev: rev}
 }
 
-// deleteEntry deletes our entry if it is still the one we put.
+// deleteEntry deletes our entry if it is still the one we put. The
+// request is built when it is sent rather than kept with the lock: it
+// costs the same allocation either way, and a held lock is smaller
+// without it.
 func (h *held) deleteEntry(ctx context.Context) (*clientv3.TxnResponse, error) {
-	if h.d.kv != nil {
-		return h.d.send(ctx, &h.del.req)
-	}
 	return h.d.deleteEntry(ctx, h.key, h.rev)
+}
+
+func (h *held) isDone() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.done
+}
+
+// freeName returns the entry's name to its lease, once: the entry is
+// known deleted. Only the first call frees it, so that a name reserved
+// again by a later acquisition is never freed for it.
+func (h *held) freeName() {
+	h.mu.Lock()
+	named := h.named
+	h.named = false
+	h.mu.Unlock()
+	if named {
+		h.origin.free(h.key)
+	}
+}
+
+// mayBeOn reports whether the entry may be on the lease with id: the one
+// it is on, one a lease change whose reply was lost may have put it on,
+// or the one a lease change in flight puts it on.
+func (h *held) mayBeOn(id int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if int64(h.lease.id) == id || (h.moving != nil && int64(h.moving.id) == id) {
+		return true
+	}
+	for _, o := range h.others {
+		if int64(o.id) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// lastPut returns the revision of our last put of the entry known applied.
+func (h *held) lastPut() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.putRev
+}
+
+// lostElsewhere reports h lost because its entry, still ours (our create
+// revision), is on a lease it is not on (or none): put there by someone
+// else, or by a lease change of ours applied after a later one. Our lease
+// no longer bounds it, so the entry is deleted here, as Expire does,
+// rather than left to block the key for as long as that lease lives; a
+// delete that fails is retried by the sweeper of each lease of ours it may
+// be on, that one included.
+func (h *held) lostElsewhere(cause error, on int64) {
+	ls := h.finish()
+	if ls == nil {
+		return
+	}
+	all := ls
+	if x := h.d.leaseByID(on); x != nil && !slices.Contains(ls, x) {
+		all = append(append([]*lease(nil), ls...), x)
+	}
+	h.removeLater(ls, all)
+	if h.onLost != nil {
+		h.onLost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
+	}
+}
+
+// leaseByID returns the driver's lease with id, if it has one.
+func (d *driver) leaseByID(id int64) *lease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, l := range d.leases {
+		if int64(l.id) == id {
+			return l
+		}
+	}
+	for l := range d.full {
+		if int64(l.id) == id {
+			return l
+		}
+	}
+	return nil
+}
+
+// lostEntry reports h lost, as the watcher found it: its entry is gone
+// (deleted: its name is free again) or no longer ours.
+func (h *held) lostEntry(cause error, deleted bool) {
+	ls := h.finish()
+	if ls == nil {
+		return
+	}
+	h.drop(ls)
+	if deleted {
+		h.freeName()
+	}
+	if h.onLost != nil {
+		h.onLost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
+	}
 }
 
 func (h *held) own() clientv3.Cmp {
@@ -587,15 +382,19 @@ func (h *held) check(ctx context.Context) (bool, error) {
 }
 
 // finish marks h done and returns the leases it was on, each holding one
-// reference; nil if h was done already.
+// reference; nil if h was done already. The watcher no longer looks
+// after it.
 func (h *held) finish() []*lease {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.done {
+		h.mu.Unlock()
 		return nil
 	}
 	h.done = true
-	return append([]*lease{h.lease}, h.others...)
+	ls := append([]*lease{h.lease}, h.others...)
+	h.mu.Unlock()
+	h.d.w.forget(h)
+	return ls
 }
 
 func (h *held) drop(ls []*lease) {
@@ -605,16 +404,58 @@ func (h *held) drop(ls []*lease) {
 	}
 }
 
-// lost is called when lease l dies.
+// lost is called when lease l dies. The entry goes with l if it is on l;
+// but a lease change whose outcome is unknown may have left it on another
+// lease of ours (h.others), which lives on: there it would block the key
+// for as long as that lease is kept alive, so it is deleted, as Expire
+// does, off the caller's goroutine (l's death reports every lock on it).
 func (h *held) lost(l *lease, cause error) {
 	ls := h.finish()
 	if ls == nil {
 		return
 	}
-	h.drop(ls)
+	if slices.ContainsFunc(ls, func(o *lease) bool { return o != l && !o.isDead() }) {
+		h.removeLater(ls, ls)
+	} else {
+		h.drop(ls)
+	}
 	if h.onLost != nil {
 		h.onLost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
 	}
+}
+
+// removeLater deletes h's entry, done (ls from finish), from the leases
+// all it may be on, then drops ls, off the caller's goroutine: the callers
+// (a dying lease, the watcher) report other locks, whose loss must not
+// wait on this round trip. Closing, it only drops ls: the leases are
+// revoked, and the entry goes with them.
+func (h *held) removeLater(ls, all []*lease) {
+	d := h.d
+	if !d.track() {
+		h.drop(ls)
+		return
+	}
+	go func() {
+		defer d.wg.Done()
+		ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+		defer cancel()
+		h.remove(ctx, all)
+		h.drop(ls)
+	}()
+}
+
+// remove deletes h's entry, which is done (finish), wherever it is. A
+// delete that fails is left to the sweepers of ls, the leases the entry
+// may be on (a dead one has nothing to sweep: the entry went with it).
+// The caller holds a d.wg reference (track).
+func (h *held) remove(ctx context.Context, ls []*lease) {
+	if _, err := h.deleteEntry(ctx); err != nil {
+		for _, l := range ls {
+			l.addOrphan(h.key, h.rev, h.freeName)
+		}
+		return
+	}
+	h.freeName()
 }
 
 // Expire deletes the entry when the lock's TTL has run out without a
@@ -640,15 +481,8 @@ func (h *held) Expire() {
 		ctx, stop = ls[0].bound(ctx)
 		defer stop()
 	}
-	_, err := h.deleteEntry(ctx)
+	h.remove(ctx, ls)
 	cancel()
-	if err != nil {
-		for _, l := range ls {
-			l.addOrphan(h.key, h.rev, h.origin) // nothing to do on a dead lease
-		}
-	} else {
-		h.origin.free(h.key)
-	}
 	h.drop(ls)
 	if h.onLost != nil {
 		h.onLost(fmt.Errorf("%w: its validity ran out without a refresh", backend.ErrNotHeld))
@@ -657,19 +491,26 @@ func (h *held) Expire() {
 
 // Refresh keeps the lock on its lease when the TTL stays the same in whole
 // seconds: the lease loop keeps the lease alive, so only a look that the
-// entry is still ours is needed (verify, as for a batch of one). Another
-// TTL moves the entry to that TTL's lease.
+// entry is still ours is needed, one linearizable read, which also tells
+// of a change the watch has not reported yet. Another TTL moves the entry
+// to that TTL's lease. (The watchdog refreshes a lock through here only
+// when it is the only one due in its batch window: see RefreshBatch.)
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	cur, secs, same, err := h.leaseFor(ttl)
 	if err != nil {
 		return err
 	}
-	if same {
-		var errs [1]error
-		h.d.verify(ctx, []checkItem{{h: h, l: cur}}, errs[:])
-		return errs[0]
+	if !same {
+		return h.move(ctx, secs)
 	}
-	return h.move(ctx, secs)
+	if cur.isDead() {
+		return backend.ErrNotHeld // its entry goes, or went, with it
+	}
+	found, _, err := h.d.lookup(ctx, []string{h.key})
+	if err != nil {
+		return err
+	}
+	return h.checked(cur, found[0])
 }
 
 // leaseFor returns the lease h's entry is on and the lease TTL, in
@@ -691,18 +532,22 @@ func (h *held) leaseFor(ttl time.Duration) (cur *lease, secs int64, same bool, e
 	return cur, secs, secs == cur.secs && len(h.others) == 0, nil
 }
 
-// checked applies what a linearizable read of h's entry found, for a
-// refresh that keeps it on lease l.
-func (h *held) checked(l *lease, found []*mvccpb.KeyValue) error {
+// checked applies what a linearizable read of h's entry found (nil: no
+// entry), for a refresh that keeps it on lease l.
+func (h *held) checked(l *lease, found *mvccpb.KeyValue) error {
 	switch {
-	case len(found) == 0 || found[0].CreateRevision != h.rev:
+	case found == nil:
 		h.gone()
 		return backend.ErrNotHeld
-	case found[0].Lease != int64(l.id):
-		// Ours, but put on another lease (or none) by someone else: it no
-		// longer ends with ours, so our lease cannot bound it. Its name
-		// stays reserved while the entry may be there.
+	case found.CreateRevision != h.rev:
+		// Someone else's entry under our name: ours is gone, but the name
+		// is taken.
 		h.drop(h.finish())
+		return backend.ErrNotHeld
+	case found.Lease != int64(l.id):
+		// Ours, but on another lease (or none): it no longer ends with
+		// ours, so our lease cannot bound it.
+		h.lostElsewhere(errEntryMoved, found.Lease)
 		return backend.ErrNotHeld
 	}
 	return h.extend(l, false)
@@ -715,6 +560,9 @@ func (h *held) move(ctx context.Context, secs int64) error {
 	if err != nil {
 		return err
 	}
+	// The watch may see the put before its reply is back here.
+	h.setMoving(nl)
+	defer h.setMoving(nil)
 	resp, err := h.d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id))).Commit()
 	if err != nil {
 		if definite(err) {
@@ -729,14 +577,32 @@ func (h *held) move(ctx context.Context, secs int64) error {
 		h.gone()
 		return backend.ErrNotHeld
 	}
+	h.mu.Lock()
+	h.putRev = max(h.putRev, resp.Header.Revision)
+	h.mu.Unlock()
 	return h.extend(nl, true)
+}
+
+func (h *held) setMoving(l *lease) {
+	h.mu.Lock()
+	h.moving = l
+	h.mu.Unlock()
 }
 
 // addOther keeps a reference to a lease the entry may have moved to.
 func (h *held) addOther(l *lease) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.done || l == h.lease || !l.register(h) {
+	if h.done {
+		// Released, expired or lost meanwhile: whoever finished it
+		// deleted the entry where it knew it to be, which may have been
+		// before this put landed on l. The entry, if there, goes with l:
+		// l's sweeper deletes it while l lives.
+		l.addOrphan(h.key, h.rev, h.freeName)
+		h.d.unref(l)
+		return
+	}
+	if l == h.lease || !l.register(h) {
 		h.d.unref(l)
 		return
 	}
@@ -754,8 +620,14 @@ func (h *held) addOther(l *lease) {
 func (h *held) extend(l *lease, moved bool) error {
 	h.mu.Lock()
 	if h.done || (moved && !l.register(h)) {
+		done := h.done
 		h.mu.Unlock()
 		if moved {
+			if done {
+				// As in addOther: the entry is on l now, and the delete
+				// of whoever finished h may have come before the put.
+				l.addOrphan(h.key, h.rev, h.freeName)
+			}
 			h.d.unref(l)
 		}
 		return backend.ErrNotHeld
@@ -830,6 +702,8 @@ func (h *held) Release(ctx context.Context) error {
 		h.gone()
 		return backend.ErrNotHeld
 	}
+	// Our own deletion is none of the watch's business.
+	h.d.w.forget(h)
 	resp, err := h.deleteEntry(ctx)
 	if err != nil {
 		// The delete may have been applied; a retry compares again, so it
@@ -863,5 +737,5 @@ func (h *held) leasesGone() bool {
 // more (we deleted it, or found it gone): the name is free again.
 func (h *held) gone() {
 	h.drop(h.finish())
-	h.origin.free(h.key)
+	h.freeName()
 }

@@ -3,13 +3,10 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/tlsfiles"
 )
 
 func init() {
@@ -65,15 +63,17 @@ func newLocker(ctx context.Context, c *clientv3.Client, owned bool, opts *Option
 	if ns == "" {
 		ns = DefaultNamespace
 	}
-	log := o.Config.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := o.Config.ResolvedLogger()
 	minTTL, err := probeMinTTL(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	return locker.New(newDriver(c, owned, ns, minTTL, log), &o.Config), nil
+	d := newDriver(c, owned, ns, minTTL, log)
+	if err := locker.CheckConfig(d, &o.Config); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	return locker.New(d, &o.Config), nil
 }
 
 // probeMinTTL grants a one-second lease: the server raises a TTL below its
@@ -98,7 +98,7 @@ const defaultDialTimeout = 5 * time.Second
 
 // open handles etcd:// and etcds:// URLs:
 //
-//	etcd://[user:password@]host:port[,host:port...][/namespace][?dial_timeout=5s]
+//	etcd://[user:password@]host[:port][,host[:port]...][/namespace][?dial_timeout=5s]
 //	etcds://...[?cacert=ca.pem][&cert=client.pem&key=client-key.pem]
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	dialTimeout, err := u.DurationParam("dial_timeout", defaultDialTimeout)
@@ -114,14 +114,9 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
-	hosts := u.Hosts()
-	if len(hosts) == 0 {
-		return nil, errors.New("etcd: URL has no host: want etcd://host:port[,host:port...]/namespace")
-	}
-	for _, h := range hosts {
-		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
-			return nil, fmt.Errorf("etcd: host %q has no port: want host:port", h)
-		}
+	hosts, err := u.HostPorts("2379")
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	var tlsConf *tls.Config
 	if u.Scheme == "etcds" {
@@ -130,6 +125,11 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		}
 	} else if caFile != "" || certFile != "" || keyFile != "" {
 		return nil, errors.New("etcd: parameters cacert, cert and key need the etcds:// scheme")
+	}
+	if tlsConf != nil {
+		if err := checkTLS(ctx, hosts, tlsConf, dialTimeout); err != nil {
+			return nil, err
+		}
 	}
 	cfg := clientv3.Config{
 		Endpoints:            hosts,
@@ -158,26 +158,70 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 }
 
 func tlsConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("etcd: cacert: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("etcd: cacert %s holds no PEM certificate", caFile)
-		}
-	}
-	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("etcd: parameters cert and key go together: give both or neither")
-	}
-	if certFile != "" {
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("etcd: client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{pair}
+	c, err := tlsfiles.Config(caFile, certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	return c, nil
+}
+
+// checkTLS completes a TLS handshake with the first of hosts that accepts
+// a connection, so that an etcds:// URL naming a server without TLS, or
+// with a certificate the CA does not vouch for, fails at Open with what is
+// wrong rather than with "unreachable" once the dial timeout has passed
+// (gRPC retries a failed handshake like a refused connection). Hosts that
+// refuse connections are left to the client, which reports them.
+func checkTLS(ctx context.Context, hosts []string, conf *tls.Config, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var first error
+	for _, h := range hosts {
+		var d net.Dialer
+		raw, err := d.DialContext(ctx, "tcp", h)
+		if err != nil {
+			continue
+		}
+		c := conf.Clone()
+		if c.ServerName == "" {
+			c.ServerName, _, _ = net.SplitHostPort(h)
+		}
+		tc := tls.Client(raw, c)
+		err = tc.HandshakeContext(ctx)
+		tc.Close()
+		if err == nil {
+			return nil
+		}
+		var rh tls.RecordHeaderError
+		if (errors.Is(err, io.EOF) || errors.As(err, &rh)) && speaksHTTP(ctx, h) {
+			err = fmt.Errorf("etcd: %s answers in plain text, not TLS (use etcd:// for a server without TLS)", h)
+		} else {
+			err = fmt.Errorf("etcd: TLS handshake with %s failed: %w", h, err)
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// speaksHTTP reports whether host answers an HTTP request sent in plain
+// text, as an etcd server without TLS does.
+func speaksHTTP(ctx context.Context, host string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(c, "GET /version HTTP/1.0\r\n\r\n"); err != nil {
+		return false
+	}
+	buf := make([]byte, 5)
+	_, err = io.ReadFull(c, buf)
+	return err == nil && string(buf) == "HTTP/"
 }

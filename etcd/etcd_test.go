@@ -40,7 +40,8 @@ func TestConformanceCluster(t *testing.T) {
 	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.EtcdClusterURL)))
 }
 
-// watchPrefix records the events under prefix from now on.
+// recorder records the events under a prefix from the moment watchPrefix
+// starts it.
 type recorder struct {
 	mu     sync.Mutex
 	events []*clientv3.Event
@@ -650,6 +651,74 @@ func TestFailedReleaseExpires(t *testing.T) {
 	}
 }
 
+// TestLostLeaseDeletesEntryElsewhere: a refresh that moves a lock to
+// another lease (another TTL) is applied but its reply is lost, so the
+// entry may be on either lease. When the old lease then dies, the lock is
+// lost, and its entry, which is on the new lease, kept alive for another
+// lock, must be deleted: left there, it would block the key for as long
+// as that lease lives.
+func TestLostLeaseDeletesEntryElsewhere(t *testing.T) {
+	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
+	raw := rawClient(t, addr)
+	p := testenv.Proxy(t, addr)
+	l := open(t, "etcd://"+p.Addr())
+	ctx := context.Background()
+	key := uniqueKey("lost-elsewhere")
+	prefix := etcd.QueuePrefix(etcd.DefaultNamespace, key)
+	// The 2s lease, kept in use by another lock.
+	other, err := l.Acquire(ctx, uniqueKey("lost-elsewhere-other"), locker.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	lk, err := l.Acquire(ctx, key, locker.WithTTL(5*time.Second), locker.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entryLease := func() clientv3.LeaseID {
+		g, err := raw.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil || len(g.Kvs) != 1 {
+			t.Fatalf("queue of %s: %v %v, want one entry", key, g, err)
+		}
+		return clientv3.LeaseID(g.Kvs[0].Lease)
+	}
+	old := entryLease()
+
+	// The move to the 2s lease reaches the server; its reply does not
+	// come back in time.
+	p.HoldReplies(true)
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = lk.Refresh(rctx, 2*time.Second)
+	cancel()
+	p.HoldReplies(false)
+	if err == nil || errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("Refresh whose reply was held = %v, want its outcome unknown", err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the move applied", func() bool { return entryLease() != old })
+
+	if _, err := raw.Revoke(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost still open 10s after the lease the lock was on was revoked")
+	}
+	// The 2s lease is kept alive all along: only the Locker's delete
+	// frees the key.
+	testenv.WaitFor(t, 10*time.Second, "the entry on the other lease deleted", func() bool {
+		return len(queue(t, raw, prefix)) == 0
+	})
+	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("Release of the lost lock = %v, want ErrNotHeld", err)
+	}
+	lk2, err := l.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire after the lost lock's entry was deleted: %v", err)
+	}
+	lk2.Release(ctx)
+}
+
 // TestLostWhenLeaseRevoked: when the server drops the lease under a held
 // lock, Lost closes at the next keepalive, well before the TTL.
 func TestLostWhenLeaseRevoked(t *testing.T) {
@@ -786,8 +855,7 @@ func TestNewWithOwnClient(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	testenv.WantOpenErrors(t, [][2]string{
 		{"etcd://", "no host"},
-		{"etcd://127.0.0.1", "no port"},
-		{"etcd://127.0.0.1,127.0.0.2:2379", "no port"},
+		{"etcd://127.0.0.1:2379,,127.0.0.2", "empty host"},
 		{"etcd://127.0.0.1:2379?colour=red", `"colour"`},
 		{"etcd://127.0.0.1:2379?dial_timeout=soon", "dial_timeout"},
 		{"etcd://127.0.0.1:2379?dial_timeout=-1s", "dial_timeout"},
@@ -810,6 +878,17 @@ func TestServerDown(t *testing.T) {
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("Open took %v with dial_timeout=1s", el)
+	}
+}
+
+// TestTLSAgainstPlainServer: an etcds:// URL naming a server without TLS
+// fails at Open saying so, not with "unreachable" once the dial timeout
+// has passed.
+func TestTLSAgainstPlainServer(t *testing.T) {
+	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
+	_, err := locker.Open(context.Background(), "etcds://"+addr+"?dial_timeout=1m")
+	if err == nil || !strings.Contains(err.Error(), "plain text") || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Open(etcds://) of a plain-text server = %v, want an error naming %s as plain text", err, addr)
 	}
 }
 
@@ -913,6 +992,12 @@ func TestTLS(t *testing.T) {
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A CA that does not vouch for the server's certificate: the
+	// handshake's error, at once.
+	if _, err := locker.Open(ctx, fmt.Sprintf("etcds://%s/tls?dial_timeout=1m", s.addr)); err == nil ||
+		!strings.Contains(err.Error(), "TLS handshake with "+s.addr) || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("Open(etcds://) without the server's CA = %v, want the TLS handshake's certificate error", err)
+	}
 	for _, bad := range []string{
 		fmt.Sprintf("etcds://%s/tls?cacert=%s&dial_timeout=1s", s.addr, p.ca),
 		fmt.Sprintf("etcd://%s/tls?dial_timeout=1s", s.addr),
@@ -976,4 +1061,11 @@ func TestIdleLeaseRevoked(t *testing.T) {
 		t.Errorf("a lock after the lease was revoked is on the revoked lease %x", first)
 	}
 	lk.Release(ctx)
+}
+
+// TestOpenTTLRange: a default TTL below the server's shortest lease fails
+// Open, naming the minimum, rather than every Acquire.
+func TestOpenTTLRange(t *testing.T) {
+	raw := testenv.Get(t, testenv.EtcdURL)
+	testenv.WantOpenErrors(t, [][2]string{{raw + "?ttl=500ms", "below this backend's minimum"}})
 }

@@ -15,12 +15,21 @@ import (
 func QueuePrefix(ns, key string) string { return ns + "/" + encodeKey(key) + "/" }
 
 // SetHook makes f observe waiters ("watch": waiter entry, watched entry;
-// "check": waiter entry), puts of queue entries ("put": entry) and lease
-// keepalives ("keepalive": lease id in hex) until restore is called.
+// "check": waiter entry), puts of queue entries ("put": entry), lease
+// keepalives ("keepalive": lease id in hex), held locks ("held": entry,
+// before the watcher learns of it) and the watcher ("resync", "resynced",
+// "change": etcd key, PUT or DELETE) until restore is called.
 func SetHook(f func(event, key, other string)) (restore func()) {
 	hookFn.Store(&f)
 	return func() { hookFn.Store(nil) }
 }
+
+// Why the watcher reports a lock lost.
+var (
+	ErrEntryDeleted     = errEntryDeleted
+	ErrEntryOverwritten = errEntryOverwritten
+	ErrEntryMoved       = errEntryMoved
+)
 
 // SetIdleLinger changes how long an unused lease is kept, until restore.
 func SetIdleLinger(d time.Duration) (restore func()) {

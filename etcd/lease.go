@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/locker/backend"
 )
 
 // A lease is shared by every lock and waiter of one Locker that asks for
@@ -63,10 +65,14 @@ type lease struct {
 // reserved, and the sweeper looks again, until the entry's fate is known:
 // deleted by us, or gone with the lease.
 type orphan struct {
-	rev    int64  // its create revision; 0 if unknown (the reply that had it was lost)
-	origin *lease // the lease whose name it bears
-	next   time.Time
-	every  time.Duration // the wait after a look that found nothing (rev 0)
+	rev int64 // its create revision; 0 if unknown (the reply that had it was lost)
+	// free gives its name back to the lease it came from, once it is
+	// deleted. An entry may be an orphan on several leases (it may be on
+	// any of them): free frees the name once, however many call it, so
+	// that a later acquisition's reservation of the name is never freed.
+	free  func()
+	next  time.Time
+	every time.Duration // the wait after a look that found nothing (rev 0)
 }
 
 // idleLinger is how long a lease no lock or waiter uses is kept alive
@@ -101,11 +107,6 @@ const (
 	minBackoff = 20 * time.Millisecond
 	maxBackoff = time.Second
 )
-
-// drift is the allowance for clock-rate differences between this process
-// and the etcd leader, taken off every lease validity: 1% plus 2 ms, as
-// package locker does for lock validity.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 var (
 	errLeaseLapsed  = errors.New("no lease keepalive succeeded within the lease TTL, so the server may have expired the lease")
@@ -345,13 +346,13 @@ func (l *lease) free(name string) {
 // A lease that has gathered maxOrphans is taken out of use for new
 // acquisitions, so that it ends once its locks are released and the
 // orphans it must look after stay few.
-func (l *lease) addOrphan(key string, rev int64, origin *lease) {
+func (l *lease) addOrphan(key string, rev int64, free func()) {
 	l.mu.Lock()
 	if l.isDead() {
 		l.mu.Unlock()
 		return
 	}
-	l.orphans[key] = &orphan{rev: rev, origin: origin, next: time.Now().Add(orphanRetry), every: orphanRetry}
+	l.orphans[key] = &orphan{rev: rev, free: free, next: time.Now().Add(orphanRetry), every: orphanRetry}
 	n, start := len(l.orphans), !l.sweeping
 	l.sweeping = true
 	l.mu.Unlock()
@@ -403,7 +404,9 @@ func (l *lease) die(cause error) {
 func (l *lease) confirmed() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.validUntil.Add(-drift(l.ttl))
+	// The allowance for clock-rate differences between this process and
+	// the etcd leader: package locker's, as for lock validity.
+	return l.validUntil.Add(-backend.DefaultDrift(l.ttl))
 }
 
 // loop keeps l alive: a keepalive a sixth of the TTL (keepAlivesPerTTL)
@@ -578,7 +581,7 @@ func (l *lease) settle(keys []string, obs []*orphan, resp *clientv3.TxnResponse,
 	}
 	l.mu.Unlock()
 	for _, i := range freed {
-		obs[i].origin.free(keys[i])
+		obs[i].free()
 	}
 }
 
