@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/workpool"
+	"github.com/distlock/locker/internal/zk"
 )
 
 // A batched refresh checks many locks of one session in one request: a
@@ -149,24 +147,7 @@ func chunks(items []checkItem) [][]checkItem {
 }
 
 // runJobs runs jobs on at most n goroutines, the caller's among them.
-func runJobs(n int, jobs []func()) {
-	var next atomic.Int64
-	work := func() {
-		for {
-			j := int(next.Add(1) - 1)
-			if j >= len(jobs) {
-				return
-			}
-			jobs[j]()
-		}
-	}
-	var wg sync.WaitGroup
-	for range min(n, len(jobs)) - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
-}
+func runJobs(n int, jobs []func()) { workpool.Run(make(chan struct{}, n-1), jobs) }
 
 // check sends one multi for items and sets each lock's outcome in errs,
 // giving back every lock's turn. A lock whose node is gone gets ErrNotHeld

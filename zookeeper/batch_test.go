@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	"github.com/distlock/locker/internal/zk"
 
 	"github.com/distlock/locker/backend"
 	"github.com/distlock/locker/internal/testenv"

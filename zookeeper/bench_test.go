@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	"github.com/distlock/locker/internal/zk"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/internal/benchkit"

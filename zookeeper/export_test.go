@@ -15,6 +15,7 @@ func DecodeKey(name string) (string, error) { return decodeKey(name) }
 type Hooks struct {
 	BeforeCreate func(prefix string)      // a protected create is about to be sent
 	Recovered    func(path string)        // a create whose reply was lost was found again
+	FindFailed   func(err error)          // looking for that create could not reach the server
 	Watching     func(self, pred string)  // a waiter set its watch on pred
 	Listed       func(self string, n int) // a waiter listed the queue
 	Pipelined    func(self string)        // the listing sent behind the create was used
@@ -23,7 +24,7 @@ type Hooks struct {
 
 // SetHooks installs h for the rest of the test.
 func SetHooks(t testing.TB, h Hooks) {
-	testHooks.Store(&hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined, first: h.First})
+	testHooks.Store(&hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, findFailed: h.FindFailed, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined, first: h.First})
 	t.Cleanup(func() { testHooks.Store(nil) })
 }
 

@@ -9,9 +9,33 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/zk"
+)
+
+// conn is what a session uses of its connection: go-zookeeper's *Conn
+// (New, a connection the application opened) or internal/zk's (the
+// sessions the Locker opens, over a copy of the client with its defects
+// fixed). Both speak the same data types.
+type conn interface {
+	Children(path string) ([]string, *zk.Stat, error)
+	Close()
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Delete(path string, version int32) error
+	Exists(path string) (bool, *zk.Stat, error)
+	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
+	Multi(ops ...any) ([]zk.MultiResponse, error)
+	Server() string
+	SessionID() int64
+	Sync(path string) (string, error)
+}
+
+var (
+	_ conn = (*gozk.Conn)(nil)
+	_ conn = (*zk.Conn)(nil)
 )
 
 // A session is one ZooKeeper session, on a connection of its own, whose
@@ -37,7 +61,7 @@ import (
 // is closed once it holds nothing.
 type session struct {
 	d       *driver
-	conn    *zk.Conn
+	conn    conn
 	owned   bool          // opened by the driver; closed when idle or on Close
 	timeout time.Duration // every lock's TTL; setup fails, and a reconnect retires the session, if the server grants another
 	key     time.Duration // the sessions map key

@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"strings"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/internal/zk"
 )
 
 func init() {
@@ -55,7 +52,7 @@ const openTimeout = 5 * time.Second
 // Locks opened by URL instead get a session per distinct TTL, opened and
 // closed by the Locker, and a server-reported session expiry closes Lost
 // at once; with New, a session expiry is noticed by the next refresh.
-func New(c *zk.Conn, opts *Options) (locker.Locker, error) {
+func New(c *gozk.Conn, opts *Options) (locker.Locker, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -85,7 +82,7 @@ func New(c *zk.Conn, opts *Options) (locker.Locker, error) {
 	if timeout < rng.min || timeout > rng.max {
 		return nil, fmt.Errorf("%w: Options.SessionTimeout is %v, but the server grants session timeouts %s, so c's session cannot have it", locker.ErrInvalidTTL, timeout, rng)
 	}
-	d := newDriver(logger(o.Config))
+	d := newDriver(o.Config.ResolvedLogger())
 	d.base = base
 	d.acl = o.ACL
 	if d.acl == nil {
@@ -100,6 +97,10 @@ func New(c *zk.Conn, opts *Options) (locker.Locker, error) {
 	d.caps.MinTTL, d.caps.MaxTTL = timeout, timeout
 	cfg := o.Config
 	cfg.Defaults = append([]locker.Option{locker.WithTTL(timeout)}, cfg.Defaults...)
+	if err := locker.CheckConfig(d, &cfg); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("zookeeper: %w (a Locker over a given connection has its session timeout, %v, as its only TTL)", err, timeout)
+	}
 	return locker.New(d, &cfg), nil
 }
 
@@ -107,6 +108,7 @@ func New(c *zk.Conn, opts *Options) (locker.Locker, error) {
 // guarantees.
 func capabilities(r sessionRange, lossSignal bool) backend.Capabilities {
 	return backend.Capabilities{
+		Name:          "zookeeper",
 		Fencing:       true,
 		FIFO:          true,
 		WakeOnRelease: true,
@@ -124,42 +126,22 @@ func capabilities(r sessionRange, lossSignal bool) backend.Capabilities {
 	}
 }
 
-func logger(cfg locker.Config) *slog.Logger {
-	if cfg.Logger != nil {
-		return cfg.Logger
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 // open handles zookeeper:// and zk:// URLs:
 //
-//	zookeeper://[user:password@]host:port[,host:port...][/path]
+//	zookeeper://[user:password@]host[:port][,host[:port]...][/path]
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
-	hosts := u.Hosts()
-	if len(hosts) == 0 {
-		return nil, errors.New("zookeeper: URL has no host: want zookeeper://host:port[,host:port...][/path]")
-	}
-	servers := make([]string, len(hosts))
-	for i, h := range hosts {
-		if h == "" {
-			return nil, fmt.Errorf("zookeeper: empty host in %q", u.Host)
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			if !strings.Contains(err.Error(), "missing port") {
-				return nil, fmt.Errorf("zookeeper: host %q: %w", h, err)
-			}
-			h = net.JoinHostPort(h, "2181")
-		}
-		servers[i] = h
+	servers, err := u.HostPorts("2181")
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: %w", err)
 	}
 	base, err := cleanBase(u.Path)
 	if err != nil {
 		return nil, err
 	}
-	d := newDriver(logger(u.Config))
+	d := newDriver(u.Config.ResolvedLogger())
 	d.servers = servers
 	d.base = base
 	d.acl = zk.WorldACL(zk.PermAll)

@@ -573,7 +573,15 @@ func TestHandoffStress(t *testing.T) {
 // again by its guid (the session survives the drop) rather than create a
 // second one, which would stay queued and block the key for as long as the
 // session lives.
-func TestLostReplyFoundAgain(t *testing.T) {
+func TestLostReplyFoundAgain(t *testing.T) { testLostReply(t, false) }
+
+// TestLostReplyFoundWhileUnreachable: the server cannot be reached for a
+// while after the create's reply was lost, so that the first look for the
+// node fails; the acquisition looks again once the connection is back,
+// rather than failing an acquisition that succeeded.
+func TestLostReplyFoundWhileUnreachable(t *testing.T) { testLostReply(t, true) }
+
+func testLostReply(t *testing.T, unreachable bool) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
 	p := testenv.Proxy(t, testenv.Hosts(t, raw)[0])
 	base := "/" + uniq("lostreply")
@@ -597,6 +605,7 @@ func TestLostReplyFoundAgain(t *testing.T) {
 	// the reply; the session survives, and the acquisition must find the
 	// node again.
 	recovered := make(chan string, 1)
+	var lookFailed sync.Once
 	zookeeper.SetHooks(t, zookeeper.Hooks{
 		BeforeCreate: func(prefix string) {
 			if strings.Contains(prefix, zookeeper.EncodeKey("k")+"/") {
@@ -604,6 +613,11 @@ func TestLostReplyFoundAgain(t *testing.T) {
 			}
 		},
 		Recovered: func(path string) { recovered <- path },
+		FindFailed: func(error) {
+			if unreachable {
+				lookFailed.Do(p.Restore)
+			}
+		},
 	})
 	type result struct {
 		lk  locker.Lock
@@ -619,8 +633,16 @@ func TestLostReplyFoundAgain(t *testing.T) {
 	})
 	p.Cut()
 	p.HoldReplies(false)
-	p.Restore()
-	r := <-done
+	if !unreachable {
+		p.Restore()
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		p.Restore()
+		t.Fatal("TryAcquire across a lost create reply: no outcome within a minute")
+	}
 	if r.err != nil {
 		t.Fatalf("TryAcquire across a lost create reply: %v", r.err)
 	}
@@ -1592,4 +1614,14 @@ func healthyExcept(t *testing.T, ms []member, down member, within time.Duration)
 		}
 	}
 	return healthy(t, rest, within)
+}
+
+// TestOpenTTLRange: a default TTL outside the server's session range fails
+// Open, naming the range, rather than every Acquire.
+func TestOpenTTLRange(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	testenv.WantOpenErrors(t, [][2]string{
+		{raw + "?ttl=5m", "above this backend's maximum"},
+		{raw + "?ttl=10ms", "below this backend's minimum"},
+	})
 }
