@@ -35,6 +35,7 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v ss >/dev/null 2>&1 || missing+=(iproute2) # services.sh: who holds a port
 command -v curl >/dev/null 2>&1 || missing+=(curl)   # services.sh: etcd health
+command -v openssl >/dev/null 2>&1 || missing+=(openssl) # services.sh: the TLS test server's certificates
 
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0

@@ -15,6 +15,11 @@
 #   redis single instance   27000
 #   redlock masters         27001-27005 (five independent masters)
 #   redis cluster           27011-27013 (three masters, no replicas; bus 27111-27113)
+#   redis sentinel group    master 27021, replica 27022, sentinels 27031-27032
+#                           (master name "locker", quorum 1)
+#   redis over TLS          27041 (TLS only, client certificates required; the
+#                           throwaway CA and certificates are made with openssl
+#                           in $DIR/tls at start-up)
 #   zookeeper standalone    22181
 #   zookeeper ensemble      22281-22283 (quorum 22291-22293, election 22301-22303)
 #   etcd single member      23379 (peer 23380)
@@ -51,6 +56,11 @@ fi
 REDIS_SINGLE=$((27000 + OFF))
 REDLOCK_PORTS=($((27001 + OFF)) $((27002 + OFF)) $((27003 + OFF)) $((27004 + OFF)) $((27005 + OFF)))
 CLUSTER_PORTS=($((27011 + OFF)) $((27012 + OFF)) $((27013 + OFF)))
+SENTINEL_MASTER=$((27021 + OFF))
+SENTINEL_REPLICA=$((27022 + OFF))
+SENTINEL_PORTS=($((27031 + OFF)) $((27032 + OFF)))
+SENTINEL_NAME=locker
+REDIS_TLS=$((27041 + OFF))
 ZK_PORT=$((22181 + OFF))
 ZK_ENSEMBLE_CLIENT=($((22281 + OFF)) $((22282 + OFF)) $((22283 + OFF)))
 ZK_ENSEMBLE_QUORUM=($((22291 + OFF)) $((22292 + OFF)) $((22293 + OFF)))
@@ -65,6 +75,8 @@ ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/u
 SERVICES=(zookeeper zk-ensemble-1 zk-ensemble-2 zk-ensemble-3 etcd etcd-cluster-1 etcd-cluster-2 etcd-cluster-3 redis-single)
 for p in "${REDLOCK_PORTS[@]}"; do SERVICES+=("redlock-$p"); done
 for p in "${CLUSTER_PORTS[@]}"; do SERVICES+=("cluster-$p"); done
+SERVICES+=(sentinel-master sentinel-replica redis-tls)
+for p in "${SENTINEL_PORTS[@]}"; do SERVICES+=("sentinel-$p"); done
 
 log() { echo "services.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -90,6 +102,10 @@ ports_of() {
 	redis-single) echo "$REDIS_SINGLE client" ;;
 	redlock-*) echo "${1#redlock-} client" ;;
 	cluster-*) echo "${1#cluster-} client" && echo "$((${1#cluster-} + 100)) cluster-bus" ;;
+	sentinel-master) echo "$SENTINEL_MASTER client" ;;
+	sentinel-replica) echo "$SENTINEL_REPLICA client" ;;
+	sentinel-[0-9]*) echo "${1#sentinel-} sentinel" ;;
+	redis-tls) echo "$REDIS_TLS tls" ;;
 	*) die "unknown server $1" ;;
 	esac
 }
@@ -106,7 +122,8 @@ pid_of() {
 # ours NAME PID: PID is server NAME as started for $DIR (by this script, or
 # by a test from the run script this script wrote): its command is the
 # server's and its command line or working directory lies under $DIR.
-# redis-server rewrites its command line but runs in $DIR/NAME.
+# redis-server rewrites its command line but runs in $DIR/NAME (a Sentinel
+# too: it is redis-server --sentinel, in the dir its config names).
 ours() {
 	local want comm cmdline cwd
 	case $1 in
@@ -246,20 +263,94 @@ wait_for() { # wait_for WHAT SECONDS CMD...: retry CMD until it succeeds
 
 redis_ping() { [ "$(redis-cli -h $HOST -p "$1" ping 2>/dev/null)" = PONG ]; }
 
+TLS_CLI=() # redis-cli's arguments for the TLS server, set by make_certs
+redis_tls_ping() { [ "$(redis-cli -h $HOST -p "$1" "${TLS_CLI[@]}" ping 2>/dev/null)" = PONG ]; }
+
 start_redis() { # start_redis NAME PORT [extra redis-server args]
-	local name=$1 port=$2
+	local name=$1 port=$2 ping=redis_ping
 	shift 2
 	alive "$name" && return 0
 	rm -f "$DIR/$name.pid"
 	mkdir -p "$DIR/$name"
 	started "$name"
+	[ "$name" != redis-tls ] || ping=redis_tls_ping
 	# No persistence: tests restart nodes to simulate data loss on purpose.
 	redis-server --bind $HOST --port "$port" --dir "$DIR/$name" \
 		--save '' --appendonly no --protected-mode no \
 		--maxmemory-policy noeviction \
 		--daemonize yes --pidfile "$DIR/$name.pid" \
 		--logfile "$DIR/$name/redis.log" "$@" >/dev/null
-	wait_for "redis $name on :$port" 10 redis_ping "$port"
+	wait_for "redis $name on :$port" 10 "$ping" "$port"
+}
+
+# make_certs: a throwaway CA, and a server and a client certificate it
+# signed, in $DIR/tls (kept while the TLS server that uses them runs).
+# EC keys: made in milliseconds.
+make_certs() {
+	local t=$DIR/tls
+	TLS_CLI=(--tls --cacert "$t/ca.crt" --cert "$t/client.crt" --key "$t/client.key")
+	if alive redis-tls && [ -f "$t/client.key" ]; then return 0; fi
+	rm -rf "$t"
+	mkdir -p "$t"
+	local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+	{
+		openssl req -x509 "${ec[@]}" -keyout "$t/ca.key" -out "$t/ca.crt" -days 30 \
+			-subj "/CN=locker test CA" &&
+			openssl req -x509 "${ec[@]}" -keyout "$t/server.key" -out "$t/server.crt" -days 30 \
+				-CA "$t/ca.crt" -CAkey "$t/ca.key" -subj "/CN=localhost" \
+				-addext "subjectAltName=IP:$HOST,DNS:localhost" -addext "basicConstraints=CA:FALSE" &&
+			openssl req -x509 "${ec[@]}" -keyout "$t/client.key" -out "$t/client.crt" -days 30 \
+				-CA "$t/ca.crt" -CAkey "$t/ca.key" -subj "/CN=locker test client" \
+				-addext "basicConstraints=CA:FALSE" -addext "extendedKeyUsage=clientAuth"
+	} >"$DIR/tls.log" 2>&1 || die "openssl could not make the test certificates: $(tail -3 "$DIR/tls.log")"
+	chmod 600 "$t"/*.key
+}
+
+start_redis_tls() {
+	make_certs
+	start_redis redis-tls "$REDIS_TLS" --port 0 --tls-port "$REDIS_TLS" \
+		--tls-cert-file "$DIR/tls/server.crt" --tls-key-file "$DIR/tls/server.key" \
+		--tls-ca-cert-file "$DIR/tls/ca.crt" --tls-auth-clients yes
+}
+
+# The Sentinel group: a master, a replica of it, and Sentinels that watch it
+# under the name $SENTINEL_NAME with a quorum of 1. Each Sentinel's config
+# lives in $DIR/sentinel-PORT (Sentinel rewrites it).
+sentinel_ok() {
+	local p
+	redis-cli -h $HOST -p "$SENTINEL_REPLICA" info replication 2>/dev/null | grep -q 'master_link_status:up' || return 1
+	for p in "${SENTINEL_PORTS[@]}"; do
+		redis-cli -h $HOST -p "$p" sentinel get-master-addr-by-name "$SENTINEL_NAME" 2>/dev/null | grep -q . || return 1
+	done
+}
+
+start_sentinels() {
+	local p dir
+	# Diskless sync without the default 5 s delay: the replica is in sync
+	# within a second of starting.
+	start_redis sentinel-master "$SENTINEL_MASTER" --repl-diskless-sync yes --repl-diskless-sync-delay 0
+	start_redis sentinel-replica "$SENTINEL_REPLICA" --replicaof $HOST "$SENTINEL_MASTER"
+	for p in "${SENTINEL_PORTS[@]}"; do
+		dir=$DIR/sentinel-$p
+		alive "sentinel-$p" && continue
+		rm -f "$dir.pid"
+		mkdir -p "$dir"
+		# down-after 5 s: a test machine under load must not fail over by
+		# mistake.
+		cat >"$dir/sentinel.conf" <<-CFG
+			bind $HOST
+			port $p
+			dir $dir
+			protected-mode no
+			sentinel monitor $SENTINEL_NAME $HOST $SENTINEL_MASTER 1
+			sentinel down-after-milliseconds $SENTINEL_NAME 5000
+			sentinel failover-timeout $SENTINEL_NAME 10000
+		CFG
+		started "sentinel-$p"
+		redis-server "$dir/sentinel.conf" --sentinel --daemonize yes --pidfile "$dir.pid" \
+			--logfile "$dir/sentinel.log" >/dev/null
+	done
+	wait_for "redis sentinel group on :$SENTINEL_MASTER, :$SENTINEL_REPLICA, :${SENTINEL_PORTS[*]}" 20 sentinel_ok
 }
 
 cluster_ok() {
@@ -315,7 +406,10 @@ start_zookeeper() { # launches the JVM; up() waits for health
 		4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
 		forceSync=no
 	CFG
-	nohup java -Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir="$DIR/zookeeper" \
+	# -Xmx1g: the held-lock benchmark keeps 100,000 locks (200,000
+	# znodes, 100,000 ephemeral on one session) on this server; 256 MiB,
+	# enough for everything else, runs out there.
+	nohup java -Xmx1g -XX:+UseSerialGC -Dzookeeper.log.dir="$DIR/zookeeper" \
 		-cp "$ZK_CLASSPATH" org.apache.zookeeper.server.ZooKeeperServerMain \
 		"$DIR/zookeeper/zoo.cfg" >"$DIR/zookeeper/zookeeper.log" 2>&1 &
 	echo $! >"$DIR/zookeeper.pid"
@@ -389,12 +483,16 @@ etcd_ok() { etcd_healthy "$ETCD_PORT"; }
 start_etcd() {
 	alive etcd && return 0
 	mkdir -p "$DIR/etcd"
+	# History compacted every 5 minutes, as a production cluster's should
+	# be: a 100,000-lock run of the held-lock benchmark writes some 200,000
+	# revisions, which an uncompacted server would keep in memory.
 	nohup "$ETCD_BIN" --name locker --data-dir "$DIR/etcd/data" \
 		--listen-client-urls "http://$HOST:$ETCD_PORT" \
 		--advertise-client-urls "http://$HOST:$ETCD_PORT" \
 		--listen-peer-urls "http://$HOST:$ETCD_PEER" \
 		--initial-advertise-peer-urls "http://$HOST:$ETCD_PEER" \
 		--initial-cluster "locker=http://$HOST:$ETCD_PEER" \
+		--auto-compaction-mode periodic --auto-compaction-retention 5m \
 		--logger zap --log-outputs stderr --log-level warn \
 		>"$DIR/etcd/etcd.log" 2>&1 &
 	echo $! >"$DIR/etcd.pid"
@@ -441,9 +539,10 @@ hosts() { # hosts PORT...: HOST:PORT,HOST:PORT,...
 }
 
 print_env() {
-	local redlock cluster zkens etcdcl
+	local redlock cluster zkens etcdcl sentinels
 	redlock=$(hosts "${REDLOCK_PORTS[@]}")
 	cluster=$(hosts "${CLUSTER_PORTS[@]}")
+	sentinels=$(hosts "${SENTINEL_PORTS[@]}")
 	zkens=$(hosts "${ZK_ENSEMBLE_CLIENT[@]}")
 	etcdcl=$(hosts "${ETCD_CLUSTER_CLIENT[@]}")
 	cat <<-ENV
@@ -451,6 +550,9 @@ print_env() {
 		export LOCKER_TEST_REDIS_URL=redis://$HOST:$REDIS_SINGLE
 		export LOCKER_TEST_REDLOCK_URL=redlock://$redlock
 		export LOCKER_TEST_REDIS_CLUSTER_URL=redis://$cluster
+		export LOCKER_TEST_REDIS_SENTINEL_URL=redis+sentinel://$sentinels/$SENTINEL_NAME
+		export LOCKER_TEST_REDIS_TLS_URL='rediss://$HOST:$REDIS_TLS?cacert=$DIR/tls/ca.crt&cert=$DIR/tls/client.crt&key=$DIR/tls/client.key'
+		export LOCKER_TEST_REDIS_TLS_DIR=$DIR/tls
 		export LOCKER_TEST_ZK_URL=zookeeper://$HOST:$ZK_PORT
 		export LOCKER_TEST_ZK_ENSEMBLE_URL=zookeeper://$zkens
 		export LOCKER_TEST_ETCD_URL=etcd://$HOST:$ETCD_PORT
@@ -469,6 +571,7 @@ up() {
 	[ -x "$ETCD_BIN" ] || die "etcd not found at $ETCD_BIN (run scripts/install.sh)"
 	command -v curl >/dev/null || die "curl not found (run scripts/install.sh)"
 	command -v ss >/dev/null || die "ss not found (package iproute2; run scripts/install.sh)"
+	command -v openssl >/dev/null || die "openssl not found (run scripts/install.sh)"
 	ss -Htan >/dev/null || die "ss cannot list this machine's sockets, so ports held by other processes cannot be found"
 	check_ports
 	mkdir -p "$DIR"
@@ -484,6 +587,8 @@ up() {
 	local p
 	for p in "${REDLOCK_PORTS[@]}"; do start_redis "redlock-$p" "$p"; done
 	start_cluster
+	start_redis_tls
+	start_sentinels
 	wait_for "zookeeper on :$ZK_PORT" 60 zk_ok
 	wait_for "zookeeper ensemble on :${ZK_ENSEMBLE_CLIENT[*]}" 90 zk_ensemble_ok
 	wait_for "etcd cluster on :${ETCD_CLUSTER_CLIENT[*]}" 60 etcd_cluster_ok
@@ -550,7 +655,8 @@ down() {
 	done
 	stop_servers "${names[@]}"
 	rm -rf "$DIR/env" "$DIR/cluster-create.log" "$DIR/zookeeper" "$DIR/etcd" "$DIR/redis-single" \
-		"$DIR"/redlock-[0-9]* "$DIR"/cluster-[0-9]* "$DIR"/zk-ensemble-[0-9]* "$DIR"/etcd-cluster-[0-9]*
+		"$DIR"/redlock-[0-9]* "$DIR"/cluster-[0-9]* "$DIR"/zk-ensemble-[0-9]* "$DIR"/etcd-cluster-[0-9]* \
+		"$DIR/redis-tls" "$DIR/tls" "$DIR/tls.log" "$DIR/sentinel-master" "$DIR/sentinel-replica" "$DIR"/sentinel-[0-9]*
 	rmdir "$DIR" 2>/dev/null || log "left $DIR in place: it holds files this script did not create"
 	log "servers stopped"
 }
