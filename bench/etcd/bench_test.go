@@ -1,4 +1,4 @@
-// Package etcd_bench compares locker's etcd backend with etcd's own
+// Package etcdbench compares locker's etcd backend with etcd's own
 // concurrency.Mutex on the same server, in one run. It is a module of its
 // own so that the comparison stays out of the library's go.mod.
 //
@@ -13,7 +13,7 @@
 // within about 0.5%:
 //
 //	go test -run '^$' -bench Uncontended -benchtime 10000x
-package etcd_bench
+package etcdbench
 
 import (
 	"context"
@@ -164,3 +164,7 @@ func (l mutexLock) Lost() <-chan struct{}                        { return nil }
 // Until: a Mutex reports no validity of its own (its session's lease
 // bounds it); the zero time says so.
 func (l mutexLock) Until() time.Time { return time.Time{} }
+
+// Err: a Mutex does not tell whether it was lost (Lost is nil); nil says
+// nothing is known.
+func (l mutexLock) Err() error { return nil }

@@ -1,10 +1,10 @@
-// Package redlock_bench compares locker's Redlock backend with
+// Package redlockbench compares locker's Redlock backend with
 // go-redsync/redsync on the same five Redis masters, in one run. It is a
 // module of its own so that redsync stays out of the library's go.mod.
 //
 //	eval $(scripts/services.sh env)   # from the repository root
 //	cd bench/redlock && go test -run '^$' -bench . -benchmem -count 5
-package redlock_bench
+package redlockbench
 
 import (
 	"context"

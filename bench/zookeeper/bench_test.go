@@ -1,10 +1,10 @@
-// Package zookeeper_bench compares locker's ZooKeeper backend with
+// Package zookeeperbench compares locker's ZooKeeper backend with
 // go-zookeeper's own zk.Lock on the same server, in one run. It is a module
 // of its own so that the comparison stays out of the library's go.mod.
 //
 //	eval $(scripts/services.sh env)   # from the repository root
 //	cd bench/zookeeper && go test -run '^$' -bench . -benchmem -count 5
-package zookeeper_bench
+package zookeeperbench
 
 import (
 	"context"
@@ -148,3 +148,7 @@ func (l *zkLock) Lost() <-chan struct{}                        { return nil }
 // Until: zk.Lock reports no validity of its own (its session bounds it);
 // the zero time says so.
 func (l *zkLock) Until() time.Time { return time.Time{} }
+
+// Err: zk.Lock does not tell whether it was lost (Lost is nil); nil says
+// nothing is known.
+func (l *zkLock) Err() error { return nil }

@@ -7,4 +7,11 @@ require (
 	github.com/go-zookeeper/zk v1.0.4
 )
 
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+)
+
 replace github.com/distlock/locker => ../..
