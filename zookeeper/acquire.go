@@ -174,9 +174,12 @@ func (a *attempt) create() error {
 }
 
 // sendCreate sends the protected create of our node and, if list, the
-// listing of the queue right behind it, once the create is on the wire:
-// the server answers the listing after the create, so an uncontended
-// acquisition waits for one round trip, not two.
+// listing of the queue right behind it, without waiting for the create's
+// reply: the server answers the listing after the create, so an
+// uncontended acquisition waits for one round trip, not two. Over an
+// application's own connection (New), which cannot send the two together
+// or report the create's czxid, it sends the create alone; the listing
+// then reads the czxid from our node's entry (see list).
 func (a *attempt) sendCreate(list bool) (ourNode, error) {
 	s, parent, guid, acl := a.s, a.parent, a.guid, a.d.acl
 	prefix := lockPrefix(parent, guid)
@@ -185,23 +188,26 @@ func (a *attempt) sendCreate(list bool) (ourNode, error) {
 		if h := testHooks.Load(); h != nil && h.beforeCreate != nil {
 			h.beforeCreate(prefix)
 		}
-		w := s.wire.watchCreate(prefix)
-		stop := make(chan struct{})
-		var lc <-chan listing
-		if list {
-			lc = s.listBehind(parent, w, stop)
-		}
 		node.sent = time.Now()
-		p, err := s.conn.Create(prefix, nil, zk.FlagEphemeralSequential, acl)
-		close(stop)
-		node.czxid, node.owner, node.known = s.wire.done(w)
-		node.path = p
-		if lc != nil {
-			if l := <-lc; l.sent && l.err == nil && err == nil {
-				node.children, node.listed = l.children, true
-			}
+		f, ok := s.conn.(fencer)
+		if !ok {
+			p, err := s.conn.Create(prefix, nil, zk.FlagEphemeralSequential, acl)
+			node.path = p
+			return err
 		}
-		return err
+		behind := ""
+		if list {
+			behind = parent
+		}
+		c, l, err := f.CreateAndList(prefix, nil, zk.FlagEphemeralSequential, acl, behind)
+		if err != nil {
+			return err
+		}
+		node.path, node.czxid, node.owner, node.known = c.Path, c.Zxid, c.Session, true
+		if list && l.Err == nil {
+			node.children, node.listed = l.Children, true
+		}
+		return nil
 	}, func(err error) {
 		// The caller gave up first; undo whatever the create did: at
 		// once if the delete goes through (a cancelled caller waits for
@@ -219,22 +225,6 @@ func (a *attempt) sendCreate(list bool) (ourNode, error) {
 		return ourNode{}, err // node is not ours to read if the caller gave up
 	}
 	return node, nil
-}
-
-// listBehind lists the children of parent once the create that w follows
-// is on the wire, or reports nothing sent if stop closes first.
-func (s *session) listBehind(parent string, w *created, stop <-chan struct{}) <-chan listing {
-	lc := make(chan listing, 1)
-	go func() {
-		select {
-		case <-w.sent:
-			c, _, err := s.conn.Children(parent)
-			lc <- listing{children: c, err: err, sent: true}
-		case <-stop:
-			lc <- listing{}
-		}
-	}()
-	return lc
 }
 
 // find returns the path of the child of the key node whose name carries

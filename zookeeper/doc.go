@@ -192,9 +192,10 @@
 // holders take a key in the order their nodes were created, so fences are
 // strictly increasing across holders, also when the key's node is deleted
 // and created again (sequence numbers restart then; zxids do not). The
-// czxid is read off the create's reply on the wire, which the client
-// library does not return, so it costs no round trip; where that reply was
-// not seen (a connection given to New, a create found again after a lost
+// czxid is the zxid of the create's reply, which the Locker's own
+// connections report (internal/zk's CreateAndList; go-zookeeper's Create
+// does not return it), so it costs no round trip. Where that reply is not
+// at hand (a connection given to New, a create found again after a lost
 // reply) the node is read back alongside the listing.
 //
 // # ACLs

@@ -237,7 +237,7 @@ func ambiguous(err error) bool {
 // counts its validity from, so the server keeps the session at least that
 // long after: the session's own bound, last confirmed reply plus timeout,
 // would never be the smaller. Knowing it would also take the sending time
-// of every request, read off the wire.
+// of every request, which the client library does not report.
 type held struct {
 	d      *driver
 	path   string

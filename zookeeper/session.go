@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,9 +34,17 @@ type conn interface {
 	Sync(path string) (string, error)
 }
 
+// A fencer is a connection that sends a create and a listing together and
+// reports the create's czxid and session: the Locker's own connections
+// (internal/zk), not an application's go-zookeeper connection.
+type fencer interface {
+	CreateAndList(path string, data []byte, flags int32, acl []zk.ACL, list string) (zk.Created, zk.Listed, error)
+}
+
 var (
-	_ conn = (*gozk.Conn)(nil)
-	_ conn = (*zk.Conn)(nil)
+	_ conn   = (*gozk.Conn)(nil)
+	_ conn   = (*zk.Conn)(nil)
+	_ fencer = (*zk.Conn)(nil)
 )
 
 // A session is one ZooKeeper session, on a connection of its own, whose
@@ -70,8 +79,8 @@ type session struct {
 	setupErr  error         // set before ready is closed
 	connected chan struct{} // closed when the server first granted the session
 
-	// Written by the connections (wire.go), read by event.
-	wire      wire
+	// Written by the connection on each connect (zk.WithSessionGranted),
+	// read by event.
 	granted   atomic.Int64 // timeout the server granted on the latest connection, ms
 	grantedID atomic.Int64 // session id it granted
 	dialErr   atomic.Pointer[error]
@@ -580,12 +589,18 @@ func (l zkLogger) Printf(format string, args ...any) {
 func (d *driver) openSession(s *session) error {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	s.wire.granted = func(timeoutMs int32, id int64) {
-		s.granted.Store(int64(timeoutMs))
-		s.grantedID.Store(id)
-	}
 	conn, _, err := zk.Connect(d.servers, s.key,
-		zk.WithDialer(s.wire.dialer(&s.dialErr)),
+		zk.WithSessionGranted(func(timeout time.Duration, id int64) {
+			s.granted.Store(timeout.Milliseconds())
+			s.grantedID.Store(id)
+		}),
+		zk.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+			c, err := net.DialTimeout(network, addr, timeout)
+			if err != nil {
+				s.dialErr.Store(&err)
+			}
+			return c, err
+		}),
 		zk.WithLogger(zkLogger{d.log}),
 		zk.WithLogInfo(false),
 		zk.WithEventCallback(s.event),

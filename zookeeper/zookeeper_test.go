@@ -1011,6 +1011,11 @@ func TestNew(t *testing.T) {
 	if err != nil || st.EphemeralOwner != c.SessionID() {
 		t.Errorf("lock node owner %#x, want the given connection's session %#x (%v)", st.EphemeralOwner, c.SessionID(), err)
 	}
+	// The connection cannot report the create's zxid: the fence is read
+	// back from the node.
+	if f, ok := lk.Fence(); !ok || f != uint64(st.Czxid) {
+		t.Errorf("Fence() = %d, %v; want the node's czxid %d", f, ok, st.Czxid)
+	}
 	if _, err := l.Acquire(ctx, "other", locker.WithTTL(timeout+time.Second)); !errors.Is(err, locker.ErrInvalidTTL) {
 		t.Errorf("Acquire with another TTL = %v, want ErrInvalidTTL", err)
 	}

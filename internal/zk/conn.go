@@ -64,7 +64,8 @@ type Conn struct {
 	sessionID        int64
 	state            State // must be 32-bit aligned
 	xid              uint32
-	sessionTimeoutMs int32 // session timeout in milliseconds
+	sessionTimeoutMs int32                      // session timeout in milliseconds
+	granted          func(time.Duration, int64) // see WithSessionGranted; may be nil
 	passwd           []byte
 
 	dialer         Dialer
@@ -693,6 +694,9 @@ func (c *Conn) authenticate() error {
 
 	atomic.StoreInt64(&c.sessionID, r.SessionID)
 	c.setTimeouts(r.TimeOut)
+	if c.granted != nil {
+		c.granted(time.Duration(r.TimeOut)*time.Millisecond, r.SessionID)
+	}
 	c.passwd = r.Passwd
 	c.setState(StateHasSession)
 

@@ -17,7 +17,12 @@
 //     request in flight meet a reconnect (upstream pull request 35, open
 //     since 2020, not in a release).
 //
-// Keep the copy close to upstream: change it only to fix a defect, list
-// the change above, and prefer an upstream release once it carries the
-// fix.
+// Additions, in locker.go, for what the lock backend needs and
+// go-zookeeper's API does not give: WithSessionGranted (the session timeout
+// granted on each connect) and Conn.CreateAndList (a create's zxid and
+// session, and a listing sent behind it without waiting for its reply).
+// They replace reading these off the wire under the client.
+//
+// Keep the copy close to upstream: change it only to fix a defect or to
+// add what the backend needs, and list the change above.
 package zk
