@@ -128,7 +128,7 @@ func (a *attempt) remove() {
 // looked for by its guid before another is created.
 func (a *attempt) create() error {
 	var lastErr error
-	list := true
+	list := !a.d.contention.likely(a.parent)
 	for range maxAttempts {
 		if err := a.ctx.Err(); err != nil {
 			return err // nothing sent, nothing to undo
@@ -308,8 +308,10 @@ func (a *attempt) await() (backend.Acquisition, error) {
 		if h := testHooks.Load(); h != nil && h.first != nil {
 			h.first(a.node.path)
 		}
+		a.d.contention.saw(a.parent, false)
 		return a.grant(a.node.sent)
 	}
+	first := true
 	for {
 		children, start, pipelined, err := a.listQueue()
 		if err = a.settle(err); errors.Is(err, errAgain) {
@@ -322,6 +324,10 @@ func (a *attempt) await() (backend.Acquisition, error) {
 			h.listed(a.node.path, len(children))
 		}
 		q := order(children, self, a.guid)
+		if first {
+			first = false
+			a.d.contention.saw(a.parent, !q.lowest)
+		}
 		for _, o := range q.orphans {
 			a.s.cleanup(a.parent + "/" + o)
 		}

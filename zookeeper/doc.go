@@ -52,7 +52,11 @@
 // (create, list, delete) but wait for two round trips: the listing is sent
 // right behind the create, without waiting for its reply. The server
 // answers one session's requests in the order they arrive, so the listing
-// already includes the new node. A key whose node does not exist yet
+// already includes the new node. Where this Locker's last acquisition of
+// the key had to wait, the listing waits for the create's reply instead:
+// a queue is likely there, and a listing that arrives with the create
+// slows the handoff to the next waiter (see Performance). A key whose
+// node does not exist yet
 // costs two requests and two round trips more: the create (and the
 // listing behind it) fail, the key node is created, then our node in it.
 // That node is the key node's first, sequence number 0 (sequence numbers
@@ -225,6 +229,26 @@
 // paused (a GC pause, a stopped VM) past its TTL still believes it holds
 // the lock when it wakes. Fencing tokens checked by the protected resource
 // cover both.
+//
+// # Performance
+//
+// Measured against go-zookeeper's zk.Lock on one loopback server, in one
+// run of
+//
+//	eval $(scripts/services.sh env)   # from the repository root
+//	cd bench/zookeeper && go test -run '^$' -bench . -benchtime 2000x -count 2
+//
+// as ratios of operations per second, Locker over zk.Lock:
+//
+//   - Uncontended Acquire+Release: 1.25x (two round trips against three).
+//   - The first acquisition of a key never locked before: 1.5x (three
+//     round trips against four).
+//   - Handoff between waiters on one key: 0.8x to 1.07x over runs of 3000
+//     handoffs with two waiters, about 0.95x with eight: the same requests
+//     (a listing once woken, a watch on the node ahead), within this
+//     machine's noise of each other. With the listing sent behind the
+//     create on a contended key, two waiters handed over 7% less often
+//     than with it sent after the reply, hence the per-key choice above.
 //
 // # Your own connection
 //

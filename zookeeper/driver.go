@@ -63,6 +63,8 @@ type driver struct {
 	fixed   *session // with New: the user's session, the only one
 	done    chan struct{}
 
+	contention contention // keys whose acquisitions list after the create's reply
+
 	mu       sync.Mutex
 	closed   bool
 	sessions map[time.Duration]*session // the session new locks of each TTL go to

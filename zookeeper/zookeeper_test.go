@@ -27,6 +27,8 @@ import (
 	"github.com/distlock/locker/conformance"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/zookeeper"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -164,6 +166,42 @@ func TestNodes(t *testing.T) {
 			t.Fatalf("round %d: Release left %v", i, nodes)
 		}
 	}
+}
+
+// TestListingAfterContention: once an acquisition of a key had to wait,
+// the next one of that Locker lists the queue after the create's reply,
+// not behind it; one that finds the key free goes back to listing behind
+// the create.
+func TestListingAfterContention(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	base := "/" + uniq("contention")
+	a, b := open(t, raw+base), open(t, raw+base)
+	ctx := context.Background()
+	var pipelined, listed atomic.Int32
+	zookeeper.SetHooks(t, zookeeper.Hooks{
+		Pipelined: func(string) { pipelined.Add(1) },
+		Listed:    func(string, int) { listed.Add(1) },
+	})
+	// acquire takes k with l and says whether its queue listing was the
+	// one sent behind the create.
+	acquire := func(l locker.Locker) (behind bool) {
+		t.Helper()
+		p0, n0 := pipelined.Load(), listed.Load()
+		lk, err := l.Acquire(ctx, "k")
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+		require.Equal(t, int32(1), listed.Load()-n0, "listings")
+		return pipelined.Load()-p0 == 1
+	}
+	held, err := a.Acquire(ctx, "k") // makes the key node
+	require.NoError(t, err)
+	_, err = b.TryAcquire(ctx, "k")
+	require.ErrorIs(t, err, locker.ErrNotAcquired, "b finds k held")
+	require.NoError(t, held.Release(ctx))
+
+	assert.False(t, acquire(b), "after waiting: the listing waits for the create's reply")
+	assert.True(t, acquire(b), "after finding k free: the listing goes behind the create")
+	assert.True(t, acquire(a), "a never waited")
 }
 
 // TestKeyEncoding: every key maps to one valid znode name of its own, and

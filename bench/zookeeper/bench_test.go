@@ -152,3 +152,43 @@ func (l *zkLock) Until() time.Time { return time.Time{} }
 // Err: zk.Lock does not tell whether it was lost (Lost is nil); nil says
 // nothing is known.
 func (l *zkLock) Err() error { return nil }
+
+// BenchmarkFreshKey: the first acquisition of a key never locked before (a
+// lock per order id), then its release, through each library, taking
+// turns: read "locker/zklock". zk.Lock's create fails, it creates the
+// missing parent, creates again and lists; the Locker's create (and the
+// listing behind it) fail, it creates the key node as a container, and its
+// node there is the first, which needs no listing.
+func BenchmarkFreshKey(b *testing.B) {
+	raw, hosts := servers(b)
+	l, err := benchkit.Warm(locker.Open(context.Background(), raw+uniq("bench-peer-fresh-locker")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	c := connect(b, hosts)
+	defer c.Close()
+	base := uniq("bench-peer-fresh-zklock")
+	if _, err := c.Create(base, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		b.Fatal(err)
+	}
+	var nLocker, nZK int
+	benchkit.Interleave(b,
+		benchkit.Design{Name: "zklock", Op: func(context.Context) error {
+			nZK++
+			lk := zk.NewLock(c, fmt.Sprintf("%s/k%d", base, nZK), zk.WorldACL(zk.PermAll))
+			if err := lk.Lock(); err != nil {
+				return fmt.Errorf("zk.Lock: %w", err)
+			}
+			return lk.Unlock()
+		}},
+		benchkit.Design{Name: "locker", Op: func(ctx context.Context) error {
+			nLocker++
+			lk, err := l.Acquire(ctx, fmt.Sprint("k", nLocker), locker.WithAutoRefresh(false))
+			if err != nil {
+				return err
+			}
+			return lk.Release(ctx)
+		}},
+	)
+}

@@ -1,0 +1,22 @@
+package zookeeper
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestContentionBounded(t *testing.T) {
+	var c contention
+	require.False(t, c.likely("/a"))
+	c.saw("/a", true)
+	require.True(t, c.likely("/a"))
+	c.saw("/a", false)
+	require.False(t, c.likely("/a"))
+	for i := range maxContended + 10 {
+		c.saw(fmt.Sprint("/k", i), true)
+	}
+	require.LessOrEqual(t, len(c.keys), maxContended)
+	require.True(t, c.likely(fmt.Sprint("/k", maxContended+9)), "the latest key is remembered")
+}
