@@ -67,6 +67,7 @@ func (d *driver) acquire(ctx context.Context, req backend.Request, wait bool) (b
 		return backend.Acquisition{}, err
 	}
 	parent := d.base + "/" + encodeKey(req.Key)
+	vanished := 0 // tries whose queue node went from under them
 	for tries := 1; ; tries++ {
 		ep, err := s.current()
 		if err == nil {
@@ -81,10 +82,13 @@ func (d *driver) acquire(ctx context.Context, req backend.Request, wait bool) (b
 		// granted another timeout takes no new locks: queue again in a
 		// session of our own, whose setup checks what the server grants.
 		fresh := regranted(err)
+		if errors.Is(err, errRequeue) {
+			vanished++
+		}
 		requeue := fresh || errors.Is(err, errRequeue) || errors.Is(err, errSessionExpired) || errors.Is(err, zk.ErrSessionExpired)
 		if !requeue || tries == maxAttempts || ctx.Err() != nil {
 			s.unref()
-			return backend.Acquisition{}, d.describe(err, req.Key)
+			return backend.Acquisition{}, d.describe(err, req.Key, vanished, tries)
 		}
 		if fresh {
 			s.unref()
@@ -486,13 +490,18 @@ func (a *attempt) settle(err error) error {
 	return waitOn(a, t.C)
 }
 
-// describe makes a client library error say what it means for a lock.
-func (d *driver) describe(err error, key string) error {
+// describe makes the error that ended an acquisition after tries tries,
+// vanished of which lost their queue node, say what it means for a lock.
+func (d *driver) describe(err error, key string, vanished, tries int) error {
 	switch {
 	case errors.Is(err, zk.ErrNoAuth):
 		return fmt.Errorf("zookeeper: not permitted (ACL) to queue for %q under %s: the nodes were created with credentials this Locker does not have (zookeeper://user:password@...): %w", key, d.base, err)
 	case errors.Is(err, errRequeue):
-		return fmt.Errorf("zookeeper: our queue node kept vanishing (%d times): is something else deleting nodes under %s? %w", maxAttempts, d.base, err)
+		others := ""
+		if vanished < tries {
+			others = " (in the others the session expired or was granted another timeout)"
+		}
+		return fmt.Errorf("zookeeper: our queue node vanished in %d of %d tries%s: is something else deleting nodes under %s? %w", vanished, tries, others, d.base, err)
 	}
 	return err
 }
