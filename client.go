@@ -345,23 +345,7 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 			}
 			c.log.Warn("locker: release notices unavailable, polling instead", "key", req.Key, "err", werr)
 		}
-		var remaining time.Duration
-		var busy *backend.Busy
-		if errors.As(err, &busy) {
-			remaining = busy.Remaining
-		}
-		var d time.Duration
-		if events != nil {
-			d = notifiedPoll
-		} else {
-			d = jitter(backoff)
-			backoff = min(2*backoff, maxPoll)
-		}
-		if remaining > 0 && remaining < d {
-			// The holder expires before we would look again: look then.
-			d = remaining + jitter(minPoll)
-		}
-		timer.Reset(d)
+		timer.Reset(nextPoll(err, events != nil, &backoff))
 		select {
 		case <-ctx.Done():
 			return acq, start, ctx.Err()
@@ -371,6 +355,27 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 			woken = time.Time{}
 		}
 	}
+}
+
+// nextPoll is how long a waiter waits before its next attempt, after one
+// that failed with err (a Busy may tell the holder's remaining TTL): with
+// release notices, a long safety poll; without, a jittered delay that
+// doubles (backoff) up to maxPoll; either way no later than the holder's
+// expiry.
+func nextPoll(err error, notified bool, backoff *time.Duration) time.Duration {
+	var d time.Duration
+	if notified {
+		d = notifiedPoll
+	} else {
+		d = jitter(*backoff)
+		*backoff = min(2**backoff, maxPoll)
+	}
+	var busy *backend.Busy
+	if errors.As(err, &busy) && busy.Remaining > 0 && busy.Remaining < d {
+		// The holder expires before we would look again: look then.
+		d = busy.Remaining + jitter(minPoll)
+	}
+	return d
 }
 
 // jitter returns a duration uniform in [d/2, d], so that contending

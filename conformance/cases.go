@@ -220,38 +220,15 @@ func caseCrashDuringAcquire(t *T) {
 	t.Release(t.Acquire(probe, t.Key("probe")))
 	lat := time.Since(start)
 	const n = 12
-	type attempt struct {
-		key     string
-		crashed time.Time
-	}
-	attempts := make([]attempt, n)
+	attempts := make([]crashedAcquire, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		c := t.CrashableClient()
 		attempts[i].key = t.Key(fmt.Sprintf("k%d", i))
-		offset := lat * time.Duration(i) / 8
-		done := make(chan struct{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(t.Context(), t.LongTTL())
-			defer cancel()
-			go func() {
-				defer close(done)
-				c.Locker.Acquire(ctx, attempts[i].key, locker.WithTTL(t.TTL()))
-			}()
-			timer := time.NewTimer(offset)
-			select {
-			case <-timer.C:
-			case <-done:
-			}
-			c.Crash()
-			attempts[i].crashed = time.Now()
-			select {
-			case <-done:
-			case <-ctx.Done():
-				t.Errorf("Acquire did not return within %v of its client being cut off", t.LongTTL())
-			}
+			attempts[i].run(t, c, lat*time.Duration(i)/8)
 		}()
 	}
 	wg.Wait()
@@ -275,6 +252,38 @@ func caseCrashDuringAcquire(t *T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A crashedAcquire is an Acquire of key by a client crashed while (or,
+// if the Acquire was quicker, after) it ran.
+type crashedAcquire struct {
+	key     string
+	crashed time.Time
+}
+
+// run starts the Acquire on c, crashes c offset later (or once the
+// Acquire returned, if sooner), and checks that the Acquire returns.
+func (a *crashedAcquire) run(t *T, c Client, offset time.Duration) {
+	ctx, cancel := context.WithTimeout(t.Context(), t.LongTTL())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Locker.Acquire(ctx, a.key, locker.WithTTL(t.TTL()))
+	}()
+	timer := time.NewTimer(offset)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-done:
+	}
+	c.Crash()
+	a.crashed = time.Now()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Errorf("Acquire did not return within %v of its client being cut off", t.LongTTL())
+	}
 }
 
 func caseRefreshExtends(t *T) {

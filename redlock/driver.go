@@ -162,28 +162,42 @@ func (d *driver) each(ctx context.Context, op func(ctx context.Context, n *node)
 // the nodes would have given. Every node's outcome goes on its record of
 // failures.
 func onEvery[T any](ctx context.Context, d *driver, op func(ctx context.Context, i int) (T, error)) ([]T, []error) {
-	vals := make([]T, len(d.nodes))
-	errs := make([]error, len(d.nodes))
-	answered := make([]bool, len(d.nodes))
+	t := tally[T]{vals: make([]T, len(d.nodes)), errs: make([]error, len(d.nodes)), answered: make([]bool, len(d.nodes))}
 	asked := 0
 	for i, n := range d.nodes {
-		if errs[i] = n.skipped(); errs[i] != nil {
-			answered[i] = true
+		if t.errs[i] = n.skipped(); t.errs[i] != nil {
+			t.answered[i] = true
 			continue
 		}
 		asked++
 	}
 	if asked < d.quorum {
-		clear(errs)
-		clear(answered)
+		clear(t.errs)
+		clear(t.answered)
 		asked = len(d.nodes)
 	}
 	if !d.begin(asked) {
-		for i := range errs {
-			errs[i] = backend.ErrClosed
+		for i := range t.errs {
+			t.errs[i] = backend.ErrClosed
 		}
-		return vals, errs
+		return t.vals, t.errs
 	}
+	t.ask(ctx, d, op, asked)
+	d.observe(ctx, t.errs)
+	return t.vals, t.errs
+}
+
+// A tally is what the nodes answered in one onEvery, by node index.
+type tally[T any] struct {
+	vals     []T
+	errs     []error
+	answered []bool // skipped nodes count as answered
+}
+
+// ask runs op on the asked nodes, those not answered yet, at once, and
+// fills in their values and errors; a node that did not answer within the
+// per-node timeout, or before ctx ended, gets an error that says so.
+func (t *tally[T]) ask(ctx context.Context, d *driver, op func(ctx context.Context, i int) (T, error), asked int) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
 	defer cancel()
@@ -194,7 +208,7 @@ func onEvery[T any](ctx context.Context, d *driver, op func(ctx context.Context,
 	}
 	answers := make(chan answer, asked)
 	for i := range d.nodes {
-		if answered[i] {
+		if t.answered[i] {
 			continue
 		}
 		go func() {
@@ -206,22 +220,20 @@ func onEvery[T any](ctx context.Context, d *driver, op func(ctx context.Context,
 	for pending := asked; pending > 0; pending-- {
 		select {
 		case a := <-answers:
-			vals[a.i], errs[a.i], answered[a.i] = a.v, a.err, true
+			t.vals[a.i], t.errs[a.i], t.answered[a.i] = a.v, a.err, true
 			continue
 		case <-ctx.Done():
 		}
 		break
 	}
-	for i := range errs {
-		if !answered[i] {
-			errs[i] = fmt.Errorf("no answer within %v", d.cfg.nodeTimeout)
+	for i := range t.errs {
+		if !t.answered[i] {
+			t.errs[i] = fmt.Errorf("no answer within %v", d.cfg.nodeTimeout)
 			if err := parent.Err(); err != nil {
-				errs[i] = err
+				t.errs[i] = err
 			}
 		}
 	}
-	d.observe(parent, errs)
-	return vals, errs
 }
 
 // begin counts n requests about to start, unless the driver is closed.
@@ -386,10 +398,8 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 			// majority that is really gone still fails the call soon.
 			unanswered++
 			timer.Reset(d.retryDelay())
-			select {
-			case <-ctx.Done():
-				return backend.Acquisition{}, ctx.Err()
-			case <-timer.C:
+			if err := awaitTimer(ctx, timer); err != nil {
+				return backend.Acquisition{}, err
 			}
 			continue
 		}
@@ -403,30 +413,45 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 			// the waiter polls, so a release in between is not missed.
 			w = d.watch(ctx, req.Key)
 		}
-		wait := busy.Remaining
-		if wait <= 0 || wait > maxWait {
-			wait = maxWait
+		if err := d.waitTurn(ctx, w, timer, busy, split); err != nil {
+			return backend.Acquisition{}, err
 		}
-		if !w.ok() {
-			// Notices are not sure to reach us yet: poll as well.
-			wait = min(wait, d.cfg.retryDelay*4)
+	}
+}
+
+// waitTurn waits, after a round that found the key busy, for a release
+// notice, for the holder's TTL (busy.Remaining, at most maxWait) or, while
+// notices are not sure to reach us, for a short poll interval. After a
+// split vote a notice does not end the wait early: the other contender got
+// the same notice, and retrying in step with it would split the vote again.
+func (d *driver) waitTurn(ctx context.Context, w *watch, timer *time.Timer, busy *backend.Busy, split bool) error {
+	wait := busy.Remaining
+	if wait <= 0 || wait > maxWait {
+		wait = maxWait
+	}
+	if !w.ok() {
+		wait = min(wait, d.cfg.retryDelay*4)
+	}
+	timer.Reset(wait)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.events:
+		if split {
+			return awaitTimer(ctx, timer) // finish the random delay
 		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return backend.Acquisition{}, ctx.Err()
-		case <-w.events:
-			if split {
-				// Do not retry in step with the other contender, which
-				// got the same notice: finish the random delay.
-				select {
-				case <-ctx.Done():
-					return backend.Acquisition{}, ctx.Err()
-				case <-timer.C:
-				}
-			}
-		case <-timer.C:
-		}
+	case <-timer.C:
+	}
+	return nil
+}
+
+// awaitTimer waits for timer to fire, or returns ctx's error first.
+func awaitTimer(ctx context.Context, timer *time.Timer) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
 	}
 }
 
