@@ -653,8 +653,8 @@ func (h *held) Release(ctx context.Context) error {
 		if err, decided := r.verdict(); decided {
 			return err
 		}
-		if releaseRetryHook != nil && round < noQuorumRetries {
-			releaseRetryHook(round)
+		if h := testHooks.Load(); h != nil && h.releaseRetry != nil && round < noQuorumRetries {
+			h.releaseRetry(round)
 		}
 		if round == noQuorumRetries || !sleep(ctx, h.d.retryDelay()) {
 			return r.failure()
@@ -745,9 +745,13 @@ func (r *release) failure() error {
 		nReleased+nNotOurs, len(d.nodes), nReleased, strings.Join(parts, "; "))
 }
 
-// releaseRetryHook, set by tests, is called before a release asks the
-// nodes that did not answer again.
-var releaseRetryHook func(round int)
+// hooks let tests observe and steer the driver (set with setHooks, in the
+// package's tests).
+type hooks struct {
+	releaseRetry func(round int) // a release is about to ask the nodes that did not answer again
+}
+
+var testHooks atomic.Pointer[hooks]
 
 // sleep waits for d or until ctx ends, and reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -340,17 +340,22 @@ func TestReleaseAsksAgain(t *testing.T) {
 		s.Stop()
 	}
 	var rounds []int
-	releaseRetryHook = func(round int) {
+	setHooks(t, hooks{releaseRetry: func(round int) {
 		rounds = append(rounds, round)
 		for _, s := range srv[:3] {
 			s.Start() // empty: the lock is not there any more
 		}
-	}
-	defer func() { releaseRetryHook = nil }()
+	}})
 	if err := acq.Held.Release(ctx); err != nil {
 		t.Fatalf("Release with three nodes back after the first round: %v", err)
 	}
 	if len(rounds) != 1 {
 		t.Errorf("release rounds retried: %v, want one", rounds)
 	}
+}
+
+// setHooks installs h for the rest of the test.
+func setHooks(t testing.TB, h hooks) {
+	testHooks.Store(&h)
+	t.Cleanup(func() { testHooks.Store(nil) })
 }
