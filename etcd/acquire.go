@@ -163,12 +163,16 @@ func (a *attempt) wait() (backend.Acquisition, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		if !check {
-			hook("watch", a.key, p.key)
+			if h := testHooks.Load(); h != nil && h.watching != nil {
+				h.watching(a.key, p.key)
+			}
 			if err := a.waitGone(p); err != nil {
 				return backend.Acquisition{}, a.giveUp(err)
 			}
 		}
-		hook("check", a.key, "")
+		if h := testHooks.Load(); h != nil && h.checking != nil {
+			h.checking(a.key)
+		}
 		r, err := a.look()
 		if err != nil {
 			if err := a.pause(err, backoff); err != nil {
@@ -238,7 +242,9 @@ func (a *attempt) granted() (backend.Acquisition, error) {
 		// The lease lapsed while we acquired: the entry goes with it.
 		return backend.Acquisition{}, a.abandon(fmt.Errorf("%w: lease lapsed during the acquire", errRequeue))
 	}
-	hook("held", a.key, "")
+	if h := testHooks.Load(); h != nil && h.held != nil {
+		h.held(a.key)
+	}
 	a.d.w.register(h)
 	acq := backend.Acquisition{Held: h, Fence: uint64(a.rev), Fenced: true, Start: a.start}
 	if a.l.ttl != a.req.TTL {

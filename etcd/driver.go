@@ -217,22 +217,22 @@ func wrap(ctx context.Context, err error) error {
 	return fmt.Errorf("etcd: %w", err)
 }
 
-// hookFn, set only by tests, observes waiters, "watch" (waiter key,
-// watched key) and "check" (waiter key); puts of queue entries, "put"
-// (entry key), before they are sent; keepalives, "keepalive" (lease id
-// in hex), before they are sent, from a goroutine of their own, which a
-// test may block without holding up the lease's lapse; held locks, "held"
-// (entry key), before the watcher learns of them; and the watcher's
-// start, "resync" before it looks at every held entry and "resynced"
-// before it starts the watch, and its changes, "change" (etcd key, PUT or
-// DELETE) once applied. The watcher's hooks run on its goroutine.
-var hookFn atomic.Pointer[func(event, key, other string)]
-
-func hook(event, key, other string) {
-	if f := hookFn.Load(); f != nil {
-		(*f)(event, key, other)
-	}
+// hooks let tests observe the driver; nil in production. Each runs on the
+// goroutine of its event, which waits for it: keepalive on a goroutine of
+// its own, so that a test may block it without holding up the lease's
+// lapse; resync, resynced and change on the watcher's.
+type hooks struct {
+	watching  func(self, watched string) // a waiter is about to wait for watched, the entry just before its own, to go
+	checking  func(self string)          // a waiter is about to look at the entries before its own
+	put       func(entry string)         // the put of a queue entry is about to be sent
+	keepalive func(lease string)         // a keepalive of the lease (id in hex) is about to be sent
+	held      func(entry string)         // a lock was taken, before the watcher learns of it
+	resync    func()                     // the watcher starts, before it looks at every held entry
+	resynced  func()                     // the watcher looked at every held entry, before it starts the watch
+	change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
 }
+
+var testHooks atomic.Pointer[hooks]
 
 // held is a lock we hold: our queue entry, first in its queue.
 type held struct {

@@ -400,16 +400,24 @@ func TestWaiterWatchesPredecessor(t *testing.T) {
 	var mu sync.Mutex
 	watched := map[string]string{} // waiter entry -> entry it watches now
 	events := map[string]int{}     // waiter entry -> watches and checks so far
-	defer etcd.SetHook(func(event, k, other string) {
-		if !strings.HasPrefix(k, prefix) {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		events[k]++
-		if event == "watch" {
-			watched[k] = other
-		}
+	defer etcd.SetHooks(t, etcd.Hooks{
+		Watching: func(self, pred string) {
+			if !strings.HasPrefix(self, prefix) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			events[self]++
+			watched[self] = pred
+		},
+		Checking: func(self string) {
+			if !strings.HasPrefix(self, prefix) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			events[self]++
+		},
 	})()
 	snapshot := func() map[string]int {
 		mu.Lock()
@@ -1024,7 +1032,7 @@ func clientTLS(p pki) (*tls.Config, error) {
 // TestIdleLeaseRevoked: a lease no lock has used for a while is revoked,
 // and the next lock with that TTL gets a new one.
 func TestIdleLeaseRevoked(t *testing.T) {
-	t.Cleanup(etcd.SetIdleLinger(300 * time.Millisecond)) // after the Locker below is closed
+	etcd.SetIdleLinger(t, 300*time.Millisecond) // restored after the Locker below is closed
 	url := testenv.Get(t, testenv.EtcdURL)
 	raw := rawClient(t, testenv.Hosts(t, url)...)
 	ctx := context.Background()

@@ -3,6 +3,7 @@ package etcd
 import (
 	"io"
 	"log/slog"
+	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,14 +15,30 @@ import (
 // lives in namespace ns.
 func QueuePrefix(ns, key string) string { return ns + "/" + encodeKey(key) + "/" }
 
-// SetHook makes f observe waiters ("watch": waiter entry, watched entry;
-// "check": waiter entry), puts of queue entries ("put": entry), lease
-// keepalives ("keepalive": lease id in hex), held locks ("held": entry,
-// before the watcher learns of it) and the watcher ("resync", "resynced",
-// "change": etcd key, PUT or DELETE) until restore is called.
-func SetHook(f func(event, key, other string)) (restore func()) {
-	hookFn.Store(&f)
-	return func() { hookFn.Store(nil) }
+// Hooks observe the driver from tests. Each runs on the goroutine of its
+// event, which waits for it: Keepalive on a goroutine of its own, which a
+// test may block without holding up the lease's lapse; Resync, Resynced and
+// Change on the watcher's.
+type Hooks struct {
+	Watching  func(self, watched string) // a waiter is about to wait for watched, the entry just before its own, to go
+	Checking  func(self string)          // a waiter is about to look at the entries before its own
+	Put       func(entry string)         // the put of a queue entry is about to be sent
+	Keepalive func(lease string)         // a keepalive of the lease (id in hex) is about to be sent
+	Held      func(entry string)         // a lock was taken, before the watcher learns of it
+	Resync    func()                     // the watcher starts, before it looks at every held entry
+	Resynced  func()                     // the watcher looked at every held entry, before it starts the watch
+	Change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
+}
+
+// SetHooks installs h for the rest of the test, or until restore is
+// called. restore may be called more than once; it removes h only if no
+// later SetHooks replaced it.
+func SetHooks(t testing.TB, h Hooks) (restore func()) {
+	p := &hooks{watching: h.Watching, checking: h.Checking, put: h.Put, keepalive: h.Keepalive, held: h.Held, resync: h.Resync, resynced: h.Resynced, change: h.Change}
+	testHooks.Store(p)
+	restore = func() { testHooks.CompareAndSwap(p, nil) }
+	t.Cleanup(restore)
+	return restore
 }
 
 // Why the watcher reports a lock lost.
@@ -31,11 +48,12 @@ var (
 	ErrEntryMoved       = errEntryMoved
 )
 
-// SetIdleLinger changes how long an unused lease is kept, until restore.
-func SetIdleLinger(d time.Duration) (restore func()) {
+// SetIdleLinger changes how long an unused lease is kept, for the rest of
+// the test.
+func SetIdleLinger(t testing.TB, d time.Duration) {
 	old := idleLinger
 	idleLinger = d
-	return func() { idleLinger = old }
+	t.Cleanup(func() { idleLinger = old })
 }
 
 // KeepAliveInterval is how long after the sending of a lease's last

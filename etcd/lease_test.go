@@ -148,14 +148,14 @@ func holdKeepalive(t *testing.T, hex string, d time.Duration) (heldBack time.Tim
 	t.Helper()
 	blocked, unblock := make(chan time.Time, 1), make(chan struct{})
 	var once sync.Once
-	restore := etcd.SetHook(func(event, k, _ string) {
-		if event == "keepalive" && k == hex {
+	restore := etcd.SetHooks(t, etcd.Hooks{Keepalive: func(lease string) {
+		if lease == hex {
 			once.Do(func() {
 				blocked <- time.Now()
 				<-unblock
 			})
 		}
-	})
+	}})
 	release = func() {
 		close(unblock)
 		restore()
@@ -219,11 +219,11 @@ func TestLatePutAfterCleanup(t *testing.T) {
 
 			actx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			restore := etcd.SetHook(func(event, k, _ string) {
-				if event == "put" && k == name {
+			restore := etcd.SetHooks(t, etcd.Hooks{Put: func(entry string) {
+				if entry == name {
 					cancel()
 				}
-			})
+			}})
 			if mode == "acquire" {
 				_, err = a.Acquire(actx, key, locker.WithTTL(ttl))
 			} else {

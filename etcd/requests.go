@@ -18,10 +18,12 @@ const (
 )
 
 // putEntry puts queue entry key, on lease, into the queue whose prefix is
-// qp, in one transaction of the given form. The hook sees it ("put") just
-// before it is sent.
+// qp, in one transaction of the given form. The put hook sees it just before
+// it is sent.
 func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease clientv3.LeaseID) (*clientv3.TxnResponse, error) {
-	hook("put", key, "")
+	if h := testHooks.Load(); h != nil && h.put != nil {
+		h.put(key)
+	}
 	t := d.cli.Txn(ctx)
 	if form != putAlways {
 		t = t.If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix())

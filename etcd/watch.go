@@ -156,12 +156,16 @@ func (w *watcher) start(ctx context.Context) (clientv3.WatchChan, error) {
 	}
 	w.unchecked = nil
 	w.mu.Unlock()
-	hook("resync", "", "")
+	if h := testHooks.Load(); h != nil && h.resync != nil {
+		h.resync()
+	}
 	rev, err := w.look(ctx, all)
 	if err != nil {
 		return nil, err // the next start looks at every entry
 	}
-	hook("resynced", "", "")
+	if h := testHooks.Load(); h != nil && h.resynced != nil {
+		h.resynced()
+	}
 	wch := w.d.cli.Watch(ctx, w.d.ns+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	w.mu.Lock()
 	w.from, w.seen = rev+1, rev
@@ -257,9 +261,9 @@ func (w *watcher) apply(evs []*clientv3.Event) {
 		c.add(h, kv)
 	}
 	w.mu.Unlock()
-	if hookFn.Load() != nil {
+	if h := testHooks.Load(); h != nil && h.change != nil {
 		for _, ev := range evs {
-			hook("change", string(ev.Kv.Key), ev.Type.String())
+			h.change(string(ev.Kv.Key), ev.Type.String())
 		}
 	}
 	w.report(c)

@@ -43,35 +43,39 @@ type watchHooks struct {
 // setWatchHooks installs h until the test ends.
 func setWatchHooks(t *testing.T) *watchHooks {
 	h := &watchHooks{changed: map[string]bool{}}
-	restore := etcd.SetHook(func(event, key, other string) {
-		h.mu.Lock()
-		var f func()
-		switch event {
-		case "held":
-			h.held = append(h.held, key)
-			if on := h.onHeld; on != nil {
-				f = func() { on(key) }
+	etcd.SetHooks(t, etcd.Hooks{
+		Held: func(entry string) {
+			h.mu.Lock()
+			h.held = append(h.held, entry)
+			on := h.onHeld
+			h.mu.Unlock()
+			if on != nil {
+				on(entry)
 			}
-		case "resync":
-			if on := h.onResync; on != nil {
-				n := h.resyncs + 1
-				f = func() { on(n) }
+		},
+		Resync: func() {
+			h.mu.Lock()
+			on, n := h.onResync, h.resyncs+1
+			h.mu.Unlock()
+			if on != nil {
+				on(n)
 			}
-		case "resynced":
+		},
+		Resynced: func() {
+			h.mu.Lock()
 			h.resyncs++
-			if on := h.onStart; on != nil {
-				n := h.resyncs
-				f = func() { on(n) }
+			on, n := h.onStart, h.resyncs
+			h.mu.Unlock()
+			if on != nil {
+				on(n)
 			}
-		case "change":
-			h.changed[other+" "+key] = true
-		}
-		h.mu.Unlock()
-		if f != nil {
-			f()
-		}
+		},
+		Change: func(key, typ string) {
+			h.mu.Lock()
+			h.changed[typ+" "+key] = true
+			h.mu.Unlock()
+		},
 	})
-	t.Cleanup(restore)
 	return h
 }
 
@@ -382,15 +386,15 @@ func TestWatchLagsBehindOwnMoves(t *testing.T) {
 	// The watcher stops at the blocker's put until the test lets it go.
 	held, letGo := make(chan struct{}), make(chan struct{})
 	var entryPuts atomic.Int32
-	restore := etcd.SetHook(func(event, k, other string) {
+	restore := etcd.SetHooks(t, etcd.Hooks{Change: func(key, typ string) {
 		switch {
-		case event == "change" && k == blocker:
+		case key == blocker:
 			close(held)
 			<-letGo
-		case event == "change" && k == entry && other == "PUT":
+		case key == entry && typ == "PUT":
 			entryPuts.Add(1)
 		}
-	})
+	}})
 	defer restore()
 	if _, err := raw.Put(ctx, blocker, ""); err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ func TestFIFOHandOff(t *testing.T) {
 	ctx := context.Background()
 	s := memory.NewStore()
 	queued := make(chan struct{})
-	memstore.OnQueued(s, func(string) { queued <- struct{}{} })
+	memstore.SetHooks(t, s, memstore.Hooks{Queued: func(string) { queued <- struct{}{} }})
 	l := memory.New(&memory.Options{Store: s})
 	defer l.Close()
 	first, err := l.Acquire(ctx, "q")
@@ -141,7 +141,7 @@ func TestPausedWaiter(t *testing.T) {
 		defer c.Close()
 	}
 	queued := make(chan struct{}, 2)
-	memstore.OnQueued(s, func(string) { queued <- struct{}{} })
+	memstore.SetHooks(t, s, memstore.Hooks{Queued: func(string) { queued <- struct{}{} }})
 	lk, err := holder.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)

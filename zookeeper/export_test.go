@@ -22,10 +22,15 @@ type Hooks struct {
 	First        func(self string)        // the first node ever in its key node took the lock unlisted
 }
 
-// SetHooks installs h for the rest of the test.
-func SetHooks(t testing.TB, h Hooks) {
-	testHooks.Store(&hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, findFailed: h.FindFailed, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined, first: h.First})
-	t.Cleanup(func() { testHooks.Store(nil) })
+// SetHooks installs h for the rest of the test, or until restore is
+// called. restore may be called more than once; it removes h only if no
+// later SetHooks replaced it.
+func SetHooks(t testing.TB, h Hooks) (restore func()) {
+	p := &hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, findFailed: h.FindFailed, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined, first: h.First}
+	testHooks.Store(p)
+	restore = func() { testHooks.CompareAndSwap(p, nil) }
+	t.Cleanup(restore)
+	return restore
 }
 
 // SetSessionIdle sets how long an unused session stays open, for the rest

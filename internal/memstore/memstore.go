@@ -22,7 +22,7 @@ type Store struct {
 	keys  map[string]*entry
 	fence uint64
 
-	queued func(key string) // test hook: a waiter joined key's queue
+	hooks atomic.Pointer[Hooks] // set only by tests
 }
 
 // NewStore returns an empty Store.
@@ -199,11 +199,10 @@ func (d *Driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	}
 	w := &waiter{d: d, req: req, grant: make(chan backend.Acquisition, 1)}
 	elem := e.waiters.PushBack(w)
-	hook := s.queued
 	s.mu.Unlock()
 	notify()
-	if hook != nil {
-		hook(req.Key)
+	if h := s.hooks.Load(); h != nil && h.Queued != nil {
+		h.Queued(req.Key)
 	}
 
 	var cause error
@@ -389,10 +388,16 @@ func (h *held) Release(ctx context.Context) error {
 	return nil
 }
 
-// OnQueued sets a hook, for tests, called whenever a waiter joins a key's
-// queue.
-func OnQueued(s *Store, f func(key string)) {
-	s.mu.Lock()
-	s.queued = f
-	s.mu.Unlock()
+// Hooks observe a Store from tests. Each runs on the goroutine of its
+// event, which waits for it.
+type Hooks struct {
+	Queued func(key string) // a waiter joined key's queue, on its Acquire's goroutine
+}
+
+// SetHooks installs h on s for the rest of the test t, a testing.TB (only
+// its Cleanup is used, so that this package need not import testing).
+func SetHooks(t interface{ Cleanup(func()) }, s *Store, h Hooks) {
+	p := &h
+	s.hooks.Store(p)
+	t.Cleanup(func() { s.hooks.CompareAndSwap(p, nil) })
 }
