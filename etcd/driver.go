@@ -286,12 +286,10 @@ func (h *held) freeName() {
 	}
 }
 
-// mayBeOn reports whether the entry may be on the lease with id: the one
-// it is on, one a lease change whose reply was lost may have put it on,
-// or the one a lease change in flight puts it on.
-func (h *held) mayBeOn(id int64) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// mayBeOnLocked reports whether the entry may be on the lease with id: the
+// one it is on, one a lease change whose reply was lost may have put it
+// on, or the one a lease change in flight puts it on. h.mu is held.
+func (h *held) mayBeOnLocked(id int64) bool {
 	if int64(h.lease.id) == id || (h.moving != nil && int64(h.moving.id) == id) {
 		return true
 	}
@@ -303,11 +301,35 @@ func (h *held) mayBeOn(id int64) bool {
 	return false
 }
 
-// lastPut returns the revision of our last put of the entry known applied.
-func (h *held) lastPut() int64 {
+// What a state of a held lock's entry says of the lock (held.judge).
+const (
+	entryOurs        = iota // still ours, or replaced by a later put of ours
+	entryDeleted            // gone
+	entryOverwritten        // someone else's entry under our name
+	entryElsewhere          // ours, on a lease it is not on
+)
+
+// judge says what kv, the state of h's entry at revision rev (nil:
+// deleted), means for h. A state older than our last put known applied
+// is ours: the watch, or a read that started before that put, may lag
+// behind our lease changes, and judging such a state by the lease the
+// lock is on now would take our own earlier put for someone else's. All
+// is read under one h.mu, so that a lease change completing meanwhile
+// cannot pair an old state's revision with the new lease.
+func (h *held) judge(kv *mvccpb.KeyValue, rev int64) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.putRev
+	switch {
+	case rev < h.putRev:
+		return entryOurs
+	case kv == nil:
+		return entryDeleted
+	case kv.CreateRevision != h.rev:
+		return entryOverwritten
+	case !h.mayBeOnLocked(kv.Lease):
+		return entryElsewhere
+	}
+	return entryOurs
 }
 
 // lostElsewhere reports h lost because its entry, still ours (our create
@@ -442,6 +464,18 @@ func (h *held) removeLater(ls, all []*lease) {
 		h.remove(ctx, all)
 		h.drop(ls)
 	}()
+}
+
+// removeFrom deletes h's entry from l, a lease a change of ours put it
+// on, or may have, after h was done (released, expired or lost): whoever
+// finished h deleted the entry where it knew it to be, which may have
+// been before the put landed on l. The delete goes out at once, off the
+// caller's goroutine, rather than at l's sweeper's next round; it is left
+// to that sweeper only if it fails. l's reference, taken for the change,
+// is dropped after.
+func (h *held) removeFrom(l *lease) {
+	ls := []*lease{l}
+	h.removeLater(ls, ls)
 }
 
 // remove deletes h's entry, which is done (finish), wherever it is. A
@@ -592,16 +626,12 @@ func (h *held) setMoving(l *lease) {
 // addOther keeps a reference to a lease the entry may have moved to.
 func (h *held) addOther(l *lease) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.done {
-		// Released, expired or lost meanwhile: whoever finished it
-		// deleted the entry where it knew it to be, which may have been
-		// before this put landed on l. The entry, if there, goes with l:
-		// l's sweeper deletes it while l lives.
-		l.addOrphan(h.key, h.rev, h.freeName)
-		h.d.unref(l)
+		h.mu.Unlock()
+		h.removeFrom(l)
 		return
 	}
+	defer h.mu.Unlock()
 	if l == h.lease || !l.register(h) {
 		h.d.unref(l)
 		return
@@ -622,12 +652,10 @@ func (h *held) extend(l *lease, moved bool) error {
 	if h.done || (moved && !l.register(h)) {
 		done := h.done
 		h.mu.Unlock()
-		if moved {
-			if done {
-				// As in addOther: the entry is on l now, and the delete
-				// of whoever finished h may have come before the put.
-				l.addOrphan(h.key, h.rev, h.freeName)
-			}
+		switch {
+		case moved && done:
+			h.removeFrom(l) // as in addOther
+		case moved:
 			h.d.unref(l)
 		}
 		return backend.ErrNotHeld

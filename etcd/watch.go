@@ -248,17 +248,14 @@ func (w *watcher) apply(evs []*clientv3.Event) {
 		kv := ev.Kv
 		w.seen = max(w.seen, kv.ModRevision)
 		h := w.entries[string(kv.Key)]
-		if h == nil || kv.ModRevision <= h.lastPut() {
-			// Not held, or a state of the entry that a put of ours has
-			// since replaced (the watch may lag behind our lease
-			// changes): judging it by the lock's lease now would take our
-			// own earlier put for someone else's.
+		if h == nil {
 			continue
 		}
+		rev := kv.ModRevision
 		if ev.Type == mvccpb.DELETE {
 			kv = nil
 		}
-		c.add(h, kv)
+		c.add(h, kv, rev)
 	}
 	w.mu.Unlock()
 	if h := testHooks.Load(); h != nil && h.change != nil {
@@ -281,15 +278,15 @@ type changes struct {
 	elsewhere            []onLease
 }
 
-// add sorts h by what its entry is now (kv; nil: deleted) and adds it
-// unless the entry is still its own, on a lease it may be on.
-func (c *changes) add(h *held, kv *mvccpb.KeyValue) {
-	switch {
-	case kv == nil:
+// add sorts h by what its entry is at revision rev (kv; nil: deleted) and
+// adds it unless that state is still its own (see held.judge).
+func (c *changes) add(h *held, kv *mvccpb.KeyValue, rev int64) {
+	switch h.judge(kv, rev) {
+	case entryDeleted:
 		c.deleted = append(c.deleted, h)
-	case kv.CreateRevision != h.rev:
+	case entryOverwritten:
 		c.overwritten = append(c.overwritten, h)
-	case !h.mayBeOn(kv.Lease):
+	case entryElsewhere:
 		c.elsewhere = append(c.elsewhere, onLease{h, kv.Lease})
 	}
 }
@@ -384,12 +381,10 @@ func (w *watcher) lookChunk(ctx context.Context, hs []*held) (int64, error) {
 	var c changes
 	w.mu.Lock()
 	for i, h := range hs {
-		if w.entries[h.key] != h || rev < h.lastPut() {
-			// Released or lost meanwhile, or read before a put of ours
-			// that the running watch follows from.
-			continue
+		if w.entries[h.key] != h {
+			continue // released or lost meanwhile
 		}
-		c.add(h, found[i])
+		c.add(h, found[i], rev)
 	}
 	w.mu.Unlock()
 	w.report(c)
