@@ -31,16 +31,14 @@ func channelOf(k string) string { return lockKey(k) + ":released" }
 type node struct {
 	addr string // for error messages and logs
 	c    redisconn.Conn
-	// notify is replaced when the node is skipped (see skipNode).
-	notify    atomic.Pointer[redisconn.Notifier]
-	notifyLog *slog.Logger
+	// notify delivers the node's release notices; while the node is
+	// unreachable and nobody watches, it does not dial it.
+	notify *redisconn.Notifier
 	health
 }
 
 func newNode(addr string, c redisconn.Conn, log *slog.Logger) *node {
-	n := &node{addr: addr, c: c, notifyLog: log.With("node", addr)}
-	n.notify.Store(redisconn.NewNotifier(c, n.notifyLog))
-	return n
+	return &node{addr: addr, c: c, notify: redisconn.NewNotifier(c, log.With("node", addr))}
 }
 
 type driver struct {
@@ -116,7 +114,7 @@ func (d *driver) Close() error {
 	d.wg.Wait()
 	var errs []error
 	for _, n := range d.nodes {
-		n.notify.Load().Close()
+		n.notify.Close()
 		if err := n.c.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("redlock: closing %s: %w", n.addr, err))
 		}
@@ -501,7 +499,7 @@ func (d *driver) watch(ctx context.Context, key string) *watch {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			stop, err := n.notify.Load().WatchInto(wctx, channelOf(key), w.events)
+			stop, err := n.notify.WatchInto(wctx, channelOf(key), w.events)
 			if err != nil {
 				return
 			}

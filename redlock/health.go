@@ -126,14 +126,6 @@ func (d *driver) skipNode(n *node, fails int, err error) {
 	}
 	n.probeDelay = d.cfg.probeMin
 	n.probeAt = time.Now().Add(n.probeDelay)
-	// Its notifier would go on dialing it every second for as long as the
-	// driver lives; a new one starts when a waiter watches the node again.
-	old := n.notify.Swap(redisconn.NewNotifier(n.c, n.notifyLog))
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		old.Close()
-	}()
 	if d.probing {
 		select {
 		case d.probeWake <- struct{}{}:

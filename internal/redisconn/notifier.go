@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/locker/backend"
@@ -46,7 +47,17 @@ type Notifier struct {
 	cmds     map[string]*channelCmds  // by channel, on the current connection
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
+	// want wakes a loop parked while the server was unreachable and
+	// nobody watched: a watch started.
+	want chan struct{}
 }
+
+// hooks let tests observe the package (set with setHooks, in its tests).
+type hooks struct {
+	parked func() // a notifier's loop parks: the server is unreachable and nobody watches
+}
+
+var testHooks atomic.Pointer[hooks]
 
 // channelCmds counts the SUBSCRIBE and UNSUBSCRIBE commands sent for one
 // channel on the current connection, and their confirmations so far.
@@ -78,7 +89,7 @@ func (w *watcher) wake() {
 // NewNotifier returns a Notifier over c; it opens its connection on the
 // first Watch.
 func NewNotifier(c Conn, log *slog.Logger) *Notifier {
-	return &Notifier{c: c, log: log, subs: map[string]*subscription{}, cmds: map[string]*channelCmds{}}
+	return &Notifier{c: c, log: log, subs: map[string]*subscription{}, cmds: map[string]*channelCmds{}, want: make(chan struct{}, 1)}
 }
 
 // sentLocked records a SUBSCRIBE or UNSUBSCRIBE of channel sent on the
@@ -127,6 +138,10 @@ func (n *Notifier) WatchInto(ctx context.Context, channel string, events chan st
 	if s == nil {
 		s = &subscription{watchers: map[*watcher]struct{}{}, ready: make(chan struct{})}
 		n.subs[channel] = s
+		select {
+		case n.want <- struct{}{}:
+		default:
+		}
 		if n.ps != nil {
 			if err := n.ps.Subscribe(ctx, channel); err != nil {
 				n.brokenLocked("subscribe", channel, err)
@@ -197,11 +212,11 @@ func (n *Notifier) loop(ctx context.Context) {
 		}
 		if err != nil {
 			warned = n.unavailable(err, warned)
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
+			if n.pause(ctx, backoff) {
+				backoff = 10 * time.Millisecond
+			} else {
+				backoff = min(2*backoff, time.Second)
 			}
-			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		backoff = 10 * time.Millisecond
@@ -219,10 +234,37 @@ func (n *Notifier) loop(ctx context.Context) {
 	}
 }
 
+// pause waits before the loop dials again after a failure: backoff while
+// someone watches; while nobody does, until a watch starts, so that a
+// server that is down is not dialled every second for nothing. It reports
+// whether it parked so.
+func (n *Notifier) pause(ctx context.Context, backoff time.Duration) (parked bool) {
+	n.mu.Lock()
+	watched := len(n.subs) > 0
+	n.mu.Unlock()
+	if watched {
+		t := time.NewTimer(backoff)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return false
+	}
+	if h := testHooks.Load(); h != nil && h.parked != nil {
+		h.parked()
+	}
+	select {
+	case <-ctx.Done():
+	case <-n.want:
+	}
+	return true
+}
+
 // unavailable reports a failed connection and wakes every waiter, who
 // falls back to the holder's TTL. It warns once an outage (warned says it
-// did already), and not while nobody waits: the connection is retried
-// every second until the server is back. It returns whether it warned.
+// did already), and not while nobody waits (the loop then parks until a
+// watch starts; see pause). It returns whether it warned.
 func (n *Notifier) unavailable(err error, warned bool) bool {
 	n.mu.Lock()
 	watched := len(n.subs) > 0

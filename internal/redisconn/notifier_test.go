@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distlock/locker/internal/testenv"
+	"github.com/stretchr/testify/require"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -273,33 +274,38 @@ func (c *levelCounter) counts() (warns, failures int) {
 func TestNotifierWarnsOncePerOutage(t *testing.T) {
 	testenv.Get(t, testenv.RedisURL) // the same servers-required policy
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
 	c, err := Dial([]string{addr}, ClientOptions{FailFast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	lc := &levelCounter{byLevel: map[slog.Level]int{}}
 	n := NewNotifier(c, slog.New(lc))
 	defer n.Close()
+	parked := make(chan struct{}, 10)
+	setHooks(t, hooks{parked: func() { parked <- struct{}{} }})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	_, _, err = n.Watch(ctx, "down")
-	cancel()
-	if err == nil {
-		t.Fatal("Watch with the server down succeeded")
+	// Two watches in one outage: one warning. Once nobody watches, the
+	// notifier stops dialling (parks) until the next watch.
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, _, err = n.Watch(ctx, "down")
+		cancel()
+		require.Error(t, err, "Watch %d with the server down", i)
+		select {
+		case <-parked:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("watch %d: the notifier did not park within 30s of the last watch ending", i)
+		}
 	}
-	_, before := lc.counts()
-	testenv.WaitFor(t, 30*time.Second, "three more failed connections with nobody watching", func() bool {
-		_, f := lc.counts()
-		return f >= before+3
-	})
 	warns, failures := lc.counts()
-	if warns != 1 {
-		t.Errorf("%d warnings over %d failed connections, want 1 (one outage)", warns, failures)
-	}
+	require.GreaterOrEqual(t, failures, 2, "failed connections")
+	require.Equal(t, 1, warns, "warnings over %d failed connections (one outage)", failures)
+}
+
+// setHooks installs h for the rest of the test.
+func setHooks(t testing.TB, h hooks) {
+	testHooks.Store(&h)
+	t.Cleanup(func() { testHooks.Store(nil) })
 }
