@@ -135,5 +135,8 @@
 // nodes the servers queue for the CPU instead, and the raw parallel
 // fan-out of SET NX PX and compare-and-delete to five local servers is
 // itself several times the single-server round trip (raw-fanout-5 against
-// raw-single in the same benchmark).
+// raw-single in the same benchmark). Against that raw fan-out to five
+// local servers, an uncontended Acquire+Release measured a p50 of 1.10x
+// (379 and 399 against 372 and 334 microseconds, in
+// go test -run '^$' -bench 'Uncontended/(raw-fanout-5|redlock-5$)' -benchtime 3000x -count 2).
 package redlock
