@@ -77,31 +77,32 @@ func BenchmarkUncontended(b *testing.B) {
 	)
 }
 
-// BenchmarkHandoff: release-to-next-acquire latency and fairness with 2 and
-// 8 waiters on one key, each with its own session, through each library.
-// Both wake only the next waiter in the queue.
+// BenchmarkHandoff: release-to-next-acquire latency and throughput with 2
+// and 8 waiters on one key, each with its own session, through each
+// library, taking turns (benchkit.HandoffInterleave): read
+// "locker/zk.Lock". Both wake only the next waiter in the queue.
 func BenchmarkHandoff(b *testing.B) {
 	raw, hosts := servers(b)
 	for _, waiters := range []int{2, 8} {
-		b.Run("locker/"+benchkit.WaitersName(waiters), func(b *testing.B) {
-			base := raw + uniq("bench-peer-handoff")
-			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
-				return benchkit.Warm(locker.Open(context.Background(), base))
-			}, "k", locker.WithAutoRefresh(false))
-		})
-		b.Run("zk.Lock/"+benchkit.WaitersName(waiters), func(b *testing.B) {
-			base := uniq("bench-peer-zkhandoff")
-			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
-				return &zkLocker{c: connect(b, hosts), base: base}, nil
-			}, "k")
+		b.Run(benchkit.WaitersName(waiters), func(b *testing.B) {
+			base, zkBase := raw+uniq("bench-peer-handoff"), uniq("bench-peer-zkhandoff")
+			benchkit.HandoffInterleave(b, waiters, "k",
+				benchkit.HandoffDesign{Name: "zk.Lock", NewLocker: func() (locker.Locker, error) {
+					return &zkLocker{c: connect(b, hosts), base: zkBase}, nil
+				}},
+				benchkit.HandoffDesign{Name: "locker", NewLocker: func() (locker.Locker, error) {
+					return benchkit.Warm(locker.Open(context.Background(), base))
+				}, Opts: []locker.Option{locker.WithAutoRefresh(false)}},
+			)
 		})
 	}
 }
 
 // zkLocker runs zk.Lock under the locker.Locker interface, as far as
-// benchkit.Handoff needs it: Acquire and Release. zk.Lock cannot give up
-// waiting, so a cancelled Acquire closes the connection (its session and
-// its queue node with it); benchkit cancels only when the run is over.
+// benchkit's handoffs need it: Acquire and Release. zk.Lock cannot give up
+// waiting, so a cancelled Acquire waits for the lock and releases it at
+// once before it returns; benchkit cancels the waiters at the end of each
+// turn, once the last holder has released.
 type zkLocker struct {
 	c    *zk.Conn
 	base string
@@ -120,8 +121,9 @@ func (l *zkLocker) Acquire(ctx context.Context, key string, _ ...locker.Option) 
 		}
 		return &zkLock{key: key, lk: lk}, nil
 	case <-ctx.Done():
-		l.c.Close()
-		<-done
+		if err := <-done; err == nil {
+			lk.Unlock()
+		}
 		return nil, ctx.Err()
 	}
 }

@@ -165,45 +165,149 @@ func AcquireReleaseOp(l locker.Locker, key string, opts ...locker.Option) func(c
 // reported as starved).
 func Handoff(b *testing.B, waiters int, newLocker func() (locker.Locker, error), key string, opts ...locker.Option) {
 	b.Helper()
-	lockers := make([]locker.Locker, waiters)
-	for i := range lockers {
+	lockers, err := openLockers(waiters, newLocker)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeAll(lockers)
+	b.ReportAllocs()
+	b.ResetTimer()
+	r := runHandoffs(lockers, key, b.N, opts)
+	b.StopTimer()
+	if r.err != nil {
+		b.Fatal(r.err)
+	}
+	b.ReportMetric(float64(len(r.lat.d))/r.elapsed.Seconds(), "handoffs/s")
+	r.lat.Report(b)
+	lo, hi := slices.Min(r.counts), slices.Max(r.counts)
+	if lo == 0 {
+		b.ReportMetric(float64(waiters-countNonZero(r.counts)), "starved")
+	} else {
+		b.ReportMetric(float64(hi)/float64(lo), "max/min")
+	}
+}
+
+// A HandoffDesign is one way of handing a lock over that
+// HandoffInterleave compares: a Locker per waiter from NewLocker, and the
+// options of every Acquire.
+type HandoffDesign struct {
+	Name      string
+	NewLocker func() (locker.Locker, error)
+	Opts      []locker.Option
+}
+
+// handoffChunk is how many handoffs one design runs in a turn of
+// HandoffInterleave.
+const handoffChunk = 50
+
+// HandoffInterleave compares designs of a handoff between waiters on one
+// key in one run, as Interleave does for single operations: the designs
+// take turns, handoffChunk handoffs at a time in an order shuffled every
+// round, until each has run b.N, so that the machine's noise slows every
+// design alike.
+//
+// Reported for each design: "<name>-handoffs/s" and "<name>-p50-µs" /
+// "<name>-p99-µs"; and "<name>/<other>" for every design listed before
+// it: its handoffs/s relative to that one's.
+func HandoffInterleave(b *testing.B, waiters int, key string, designs ...HandoffDesign) {
+	b.Helper()
+	lockers := make([][]locker.Locker, len(designs))
+	for i, d := range designs {
+		ls, err := openLockers(waiters, d.NewLocker)
+		if err != nil {
+			b.Fatalf("%s: %v", d.Name, err)
+		}
+		defer closeAll(ls)
+		lockers[i] = ls
+	}
+	lat := make([]Latencies, len(designs))
+	elapsed := make([]time.Duration, len(designs))
+	done := make([]int, len(designs))
+	order := make([]int, len(designs))
+	for i := range order {
+		order[i] = i
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done[0] < b.N {
+		n := min(handoffChunk, b.N-done[0])
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			r := runHandoffs(lockers[i], key, n, designs[i].Opts)
+			if r.err != nil {
+				b.Fatalf("%s: %v", designs[i].Name, r.err)
+			}
+			lat[i].d = append(lat[i].d, r.lat.d...)
+			elapsed[i] += r.elapsed
+			done[i] += n
+		}
+	}
+	b.StopTimer()
+	rate := make([]float64, len(designs))
+	for i, d := range designs {
+		rate[i] = float64(len(lat[i].d)) / elapsed[i].Seconds()
+		b.ReportMetric(rate[i], d.Name+"-handoffs/s")
+		b.ReportMetric(float64(lat[i].Quantile(0.5))/float64(time.Microsecond), d.Name+"-p50-µs")
+		b.ReportMetric(float64(lat[i].Quantile(0.99))/float64(time.Microsecond), d.Name+"-p99-µs")
+		for j := range i {
+			b.ReportMetric(rate[i]/rate[j], d.Name+"/"+designs[j].Name)
+		}
+	}
+}
+
+func openLockers(n int, newLocker func() (locker.Locker, error)) ([]locker.Locker, error) {
+	lockers := make([]locker.Locker, 0, n)
+	for range n {
 		l, err := newLocker()
 		if err != nil {
-			b.Fatal(err)
+			closeAll(lockers)
+			return nil, err
 		}
-		lockers[i] = l
+		lockers = append(lockers, l)
 	}
-	defer func() {
-		for _, l := range lockers {
-			l.Close()
-		}
-	}()
+	return lockers, nil
+}
 
+func closeAll(ls []locker.Locker) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
+// handoffs is the outcome of runHandoffs.
+type handoffs struct {
+	lat     Latencies
+	elapsed time.Duration // from the start to the n-th handoff
+	counts  []int         // acquisitions per waiter
+	err     error
+}
+
+// runHandoffs has a goroutine per Locker acquire key, note the time and
+// release it, over and over, until n handoffs were measured: an Acquire
+// that returns after another waiter's release measures from its note.
+func runHandoffs(lockers []locker.Locker, key string, n int, opts []locker.Option) handoffs {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var (
 		mu        sync.Mutex
-		lat       Latencies
+		r         = handoffs{counts: make([]int, len(lockers))}
 		released  atomic.Int64 // UnixNano of the last holder's release; 0: none yet
 		remaining atomic.Int64 // handoffs still to measure
-		counts    = make([]int, waiters)
-		firstErr  error
 		wg        sync.WaitGroup
 	)
-	remaining.Store(int64(b.N))
+	r.lat.d = make([]time.Duration, 0, n)
+	remaining.Store(int64(n))
 	fail := func(err error) {
 		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
+		if r.err == nil {
+			r.err = err
 		}
 		mu.Unlock()
 		cancel()
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
 	start := time.Now()
 	var end time.Time
-	for w := range waiters {
+	for w := range lockers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -217,18 +321,18 @@ func Handoff(b *testing.B, waiters int, newLocker func() (locker.Locker, error),
 				}
 				now := time.Now()
 				last := false
-				if r := released.Load(); r != 0 {
+				if rel := released.Load(); rel != 0 {
 					mu.Lock()
-					lat.Add(now.Sub(time.Unix(0, r)))
+					r.lat.Add(now.Sub(time.Unix(0, rel)))
 					mu.Unlock()
 					if remaining.Add(-1) == 0 {
-						// The b.N-th handoff: stop everyone, waiters
+						// The n-th handoff: stop everyone, waiters
 						// still blocked in Acquire included.
 						end = now
 						last = true
 					}
 				}
-				counts[w]++
+				r.counts[w]++
 				released.Store(time.Now().UnixNano())
 				// Not ctx: it is cancelled when the run ends.
 				rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -245,19 +349,8 @@ func Handoff(b *testing.B, waiters int, newLocker func() (locker.Locker, error),
 		}()
 	}
 	wg.Wait()
-	b.StopTimer()
-	elapsed := end.Sub(start)
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	b.ReportMetric(float64(len(lat.d))/elapsed.Seconds(), "handoffs/s")
-	lat.Report(b)
-	lo, hi := slices.Min(counts), slices.Max(counts)
-	if lo == 0 {
-		b.ReportMetric(float64(waiters-countNonZero(counts)), "starved")
-	} else {
-		b.ReportMetric(float64(hi)/float64(lo), "max/min")
-	}
+	r.elapsed = end.Sub(start)
+	return r
 }
 
 func countNonZero(c []int) int {
