@@ -755,10 +755,5 @@ var testHooks atomic.Pointer[hooks]
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return awaitTimer(ctx, t) == nil
 }

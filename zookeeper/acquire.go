@@ -45,13 +45,6 @@ type ourNode struct {
 	sent     time.Time // when the create was sent
 }
 
-// listing is the outcome of a pipelined Children request.
-type listing struct {
-	children []string
-	err      error
-	sent     bool
-}
-
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	return d.acquire(ctx, req, false)
 }

@@ -288,69 +288,89 @@ type handoffs struct {
 func runHandoffs(lockers []locker.Locker, key string, n int, opts []locker.Option) handoffs {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	var (
-		mu        sync.Mutex
-		r         = handoffs{counts: make([]int, len(lockers))}
-		released  atomic.Int64 // UnixNano of the last holder's release; 0: none yet
-		remaining atomic.Int64 // handoffs still to measure
-		wg        sync.WaitGroup
-	)
-	r.lat.d = make([]time.Duration, 0, n)
-	remaining.Store(int64(n))
-	fail := func(err error) {
-		mu.Lock()
-		if r.err == nil {
-			r.err = err
-		}
-		mu.Unlock()
-		cancel()
-	}
+	h := &handoffRun{ctx: ctx, cancel: cancel, key: key, opts: opts}
+	h.r.counts = make([]int, len(lockers))
+	h.r.lat.d = make([]time.Duration, 0, n)
+	h.remaining.Store(int64(n))
 	start := time.Now()
-	var end time.Time
-	for w := range lockers {
+	var wg sync.WaitGroup
+	for w, l := range lockers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
-				lk, err := lockers[w].Acquire(ctx, key, opts...)
-				if err != nil {
-					if ctx.Err() == nil {
-						fail(fmt.Errorf("waiter %d: %w", w, err))
-					}
-					return
-				}
-				now := time.Now()
-				last := false
-				if rel := released.Load(); rel != 0 {
-					mu.Lock()
-					r.lat.Add(now.Sub(time.Unix(0, rel)))
-					mu.Unlock()
-					if remaining.Add(-1) == 0 {
-						// The n-th handoff: stop everyone, waiters
-						// still blocked in Acquire included.
-						end = now
-						last = true
-					}
-				}
-				r.counts[w]++
-				released.Store(time.Now().UnixNano())
-				// Not ctx: it is cancelled when the run ends.
-				rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err = lk.Release(rctx)
-				rcancel()
-				if err != nil {
-					fail(fmt.Errorf("waiter %d: release: %w", w, err))
-					return
-				}
-				if last {
-					cancel()
-				}
-			}
+			h.waiter(w, l)
 		}()
 	}
 	wg.Wait()
-	r.elapsed = end.Sub(start)
-	return r
+	h.r.elapsed = h.end.Sub(start)
+	return h.r
+}
+
+// handoffRun is one runHandoffs in progress.
+type handoffRun struct {
+	ctx    context.Context
+	cancel context.CancelFunc // ends the run: after the n-th handoff, or on an error
+	key    string
+	opts   []locker.Option
+
+	mu        sync.Mutex // guards r.lat and r.err
+	r         handoffs
+	end       time.Time    // the n-th handoff, written by the waiter that measured it
+	released  atomic.Int64 // UnixNano of the last holder's release; 0: none yet
+	remaining atomic.Int64 // handoffs still to measure
+}
+
+// waiter acquires and releases the key with l until the run ends.
+func (h *handoffRun) waiter(w int, l locker.Locker) {
+	for h.ctx.Err() == nil {
+		lk, err := l.Acquire(h.ctx, h.key, h.opts...)
+		if err != nil {
+			if h.ctx.Err() == nil {
+				h.fail(fmt.Errorf("waiter %d: %w", w, err))
+			}
+			return
+		}
+		last := h.measure(time.Now())
+		h.r.counts[w]++
+		h.released.Store(time.Now().UnixNano())
+		// Not h.ctx: it is cancelled when the run ends.
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = lk.Release(rctx)
+		rcancel()
+		if err != nil {
+			h.fail(fmt.Errorf("waiter %d: release: %w", w, err))
+			return
+		}
+		if last {
+			h.cancel() // stops everyone, waiters still blocked in Acquire included
+		}
+	}
+}
+
+// measure records the handoff to an Acquire that returned at now, if
+// another holder released before, and reports whether it was the last.
+func (h *handoffRun) measure(now time.Time) (last bool) {
+	rel := h.released.Load()
+	if rel == 0 {
+		return false
+	}
+	h.mu.Lock()
+	h.r.lat.Add(now.Sub(time.Unix(0, rel)))
+	h.mu.Unlock()
+	if h.remaining.Add(-1) != 0 {
+		return false
+	}
+	h.end = now
+	return true
+}
+
+func (h *handoffRun) fail(err error) {
+	h.mu.Lock()
+	if h.r.err == nil {
+		h.r.err = err
+	}
+	h.mu.Unlock()
+	h.cancel()
 }
 
 func countNonZero(c []int) int {

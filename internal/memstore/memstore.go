@@ -165,20 +165,26 @@ func (d *Driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	}
 	s := d.s
 	s.mu.Lock()
-	notify := s.expireDueLocked(req.Key)
-	e := s.keys[req.Key]
-	var (
-		acq backend.Acquisition
-		err error
-	)
-	if e != nil && e.owner != nil {
-		err = &backend.Busy{Remaining: time.Until(e.expires)}
-	} else {
-		acq = s.grantLocked(req.Key, d, req)
+	acq, held, notify := d.grantIfFreeLocked(req)
+	var err error
+	if held != nil {
+		err = &backend.Busy{Remaining: time.Until(held.expires)}
 	}
 	s.mu.Unlock()
 	notify()
 	return acq, err
+}
+
+// grantIfFreeLocked expires what is due on req.Key and grants the key to
+// req if it is free; otherwise it returns the key's entry, which has a
+// holder. s.mu is held; notify is to be called once it is released.
+func (d *Driver) grantIfFreeLocked(req backend.Request) (acq backend.Acquisition, held *entry, notify func()) {
+	s := d.s
+	notify = s.expireDueLocked(req.Key)
+	if e := s.keys[req.Key]; e != nil && e.owner != nil {
+		return backend.Acquisition{}, e, notify
+	}
+	return s.grantLocked(req.Key, d, req), nil, notify
 }
 
 // Acquire implements backend.Waiter: waiters queue per key and each
@@ -189,10 +195,8 @@ func (d *Driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	}
 	s := d.s
 	s.mu.Lock()
-	notify := s.expireDueLocked(req.Key)
-	e := s.keys[req.Key]
-	if e == nil || e.owner == nil {
-		acq := s.grantLocked(req.Key, d, req)
+	acq, e, notify := d.grantIfFreeLocked(req)
+	if e == nil {
 		s.mu.Unlock()
 		notify()
 		return acq, nil
