@@ -245,6 +245,7 @@ func (w *watchdog) refresh(due []*lock) {
 	batch := due[:0]
 	var ttls []time.Duration
 	var helds []backend.Held
+	var deadlines []time.Time
 	var latest time.Time
 	// Taken before the requests are sent: a start a little early only
 	// makes the deadlines that follow from it earlier.
@@ -256,6 +257,7 @@ func (w *watchdog) refresh(due []*lock) {
 			batch = append(batch, lk)
 			ttls = append(ttls, lk.ttl)
 			helds = append(helds, lk.held)
+			deadlines = append(deadlines, lk.deadline)
 			latest = later(latest, lk.deadline)
 		}
 		lk.mu.Unlock()
@@ -270,10 +272,11 @@ func (w *watchdog) refresh(due []*lock) {
 	// together, near their own ends, until a whole batch is lost. A lock
 	// whose deadline passes while the batch is in flight is lost at its
 	// deadline all the same (expire), and refreshed does not revive it.
+	// Refreshes sent one by one each stop at their own lock's deadline.
 	ctx, cancel := context.WithDeadline(w.ctx, latest)
 	defer cancel()
 
-	errs := w.send(ctx, helds, ttls)
+	errs := w.send(ctx, helds, ttls, deadlines)
 	for i, lk := range batch {
 		err := lk.refreshed(start, ttls[i], errs[i])
 		if t := w.c.tel; t != nil {
@@ -297,8 +300,11 @@ func (w *watchdog) refresh(due []*lock) {
 
 // send refreshes helds with ttls: in one batch where the driver can, one
 // by one on up to maxRefreshers goroutines (for all batches in flight)
-// where it cannot.
-func (w *watchdog) send(ctx context.Context, helds []backend.Held, ttls []time.Duration) []error {
+// where it cannot. A refresh sent on its own is not sent, or stops, once
+// its lock's deadline has passed: a lock already reported lost here must
+// not be extended on the server, where it would block its key for another
+// TTL.
+func (w *watchdog) send(ctx context.Context, helds []backend.Held, ttls []time.Duration, deadlines []time.Time) []error {
 	errs := make([]error, len(helds))
 	if w.batch != nil && len(helds) > 1 {
 		got := w.batch.RefreshBatch(ctx, helds, ttls)
@@ -315,7 +321,13 @@ func (w *watchdog) send(ctx context.Context, helds []backend.Held, ttls []time.D
 	}
 	jobs := make([]func(), len(helds))
 	for i := range helds {
-		jobs[i] = func() { errs[i] = helds[i].Refresh(ctx, ttls[i]) }
+		jobs[i] = func() {
+			jctx, cancel := context.WithDeadline(ctx, deadlines[i])
+			defer cancel()
+			if errs[i] = jctx.Err(); errs[i] == nil {
+				errs[i] = helds[i].Refresh(jctx, ttls[i])
+			}
+		}
 	}
 	workpool.Run(w.helpers, jobs)
 	return errs
