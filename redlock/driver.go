@@ -569,6 +569,22 @@ func (d *driver) refreshOutcome(out []outcome, ttl, elapsed time.Duration) error
 // another, each measured from its own start.
 const maxRoundLocks = 10 * redisconn.MaxRefreshKeys
 
+// unreachable returns the error of replies when none came from the server
+// (every one failed in transport: the node did not answer), or nil. It is
+// the node's error in onEvery, so that a node that refuses connections
+// counts as failing, not as answering, on the node's record.
+func unreachable(replies []redisconn.Reply) error {
+	for _, r := range replies {
+		if r.Err == nil || redisconn.IsServerError(r.Err) {
+			return nil
+		}
+	}
+	if len(replies) == 0 {
+		return nil
+	}
+	return replies[0].Err
+}
+
 // RefreshBatch implements backend.BatchRefresher: the watchdog's locks due
 // together are extended on every node in rounds of up to maxRoundLocks, a
 // pipeline of script calls per node extending up to 100 locks each. Each
@@ -591,7 +607,8 @@ func (d *driver) refreshRound(ctx context.Context, locks []backend.Held, ttls []
 	}
 	start := d.now()
 	replies, nodeErrs := onEvery(ctx, d, func(ctx context.Context, i int) ([]redisconn.Reply, error) {
-		return redisconn.RefreshMany(ctx, d.nodes[i].c, rs), nil
+		replies := redisconn.RefreshMany(ctx, d.nodes[i].c, rs)
+		return replies, unreachable(replies)
 	})
 	elapsed := d.now().Sub(start)
 	out := make([]outcome, len(d.nodes))

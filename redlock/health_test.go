@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker/backend"
@@ -140,5 +141,23 @@ func TestCloseStopsProbes(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // some 50 probe periods
 	if n := dials.Load() - after; n != 0 {
 		t.Errorf("%d dials to the skipped node after Close", n)
+	}
+}
+
+// TestUnreachableBatch: a batched refresh whose every reply failed in
+// transport is the node's failure, so that a node refusing connections is
+// not counted as answering (which would reset its failures and unskip
+// it); one answer from the server, even an error, is an answer.
+func TestUnreachableBatch(t *testing.T) {
+	refused := errors.New("dial tcp: connection refused")
+	if err := unreachable([]redisconn.Reply{{Err: refused}, {Err: refused}}); !errors.Is(err, refused) {
+		t.Errorf("every reply failed in transport: %v, want the transport error", err)
+	}
+	server := redigo.Error("NOSCRIPT no matching script")
+	if err := unreachable([]redisconn.Reply{{Err: refused}, {Err: server}}); err != nil {
+		t.Errorf("one reply from the server: %v, want nil", err)
+	}
+	if err := unreachable([]redisconn.Reply{{Err: refused}, {Val: int64(1)}}); err != nil {
+		t.Errorf("one success: %v, want nil", err)
 	}
 }
