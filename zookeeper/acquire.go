@@ -125,7 +125,10 @@ func (a *attempt) remove() {
 // looked for by its guid before another is created.
 func (a *attempt) create() error {
 	var lastErr error
-	list := !a.d.contention.likely(a.parent)
+	// Only a waiting Acquire lists after the reply on a contended key: it
+	// lists again once woken anyway. For TryAcquire the listing behind
+	// the create is its only one.
+	list := !a.wait || !a.d.contention.likely(a.parent)
 	for range maxAttempts {
 		if err := a.ctx.Err(); err != nil {
 			return err // nothing sent, nothing to undo
@@ -253,12 +256,20 @@ func (a *attempt) find() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, c := range children {
-		if n, ok := parseLockNode(c); ok && n.guid == a.guid {
-			return parent + "/" + c, nil
-		}
+	if c := withGUID(children, a.guid); c != "" {
+		return parent + "/" + c, nil
 	}
 	return "", nil
+}
+
+// withGUID returns the first of children whose name carries guid, or "".
+func withGUID(children []string, guid string) string {
+	for _, c := range children {
+		if n, ok := parseLockNode(c); ok && n.guid == guid {
+			return c
+		}
+	}
+	return ""
 }
 
 // ensureParent creates the key node and any missing node above it, as
@@ -305,7 +316,9 @@ func (a *attempt) await() (backend.Acquisition, error) {
 		if h := testHooks.Load(); h != nil && h.first != nil {
 			h.first(a.node.path)
 		}
-		a.d.contention.saw(a.parent, false)
+		if a.wait {
+			a.d.contention.saw(a.parent, false)
+		}
 		return a.grant(a.node.sent)
 	}
 	first := true
@@ -321,10 +334,10 @@ func (a *attempt) await() (backend.Acquisition, error) {
 			h.listed(a.node.path, len(children))
 		}
 		q := order(children, self, a.guid)
-		if first {
-			first = false
+		if first && a.wait {
 			a.d.contention.saw(a.parent, !q.lowest)
 		}
+		first = false
 		for _, o := range q.orphans {
 			a.s.cleanup(a.parent + "/" + o)
 		}
@@ -350,7 +363,7 @@ func (a *attempt) await() (backend.Acquisition, error) {
 // later than the sending of the requests the listing follows.
 func (a *attempt) listQueue() (children []string, start time.Time, pipelined bool, err error) {
 	node := &a.node
-	if node.listed && node.known {
+	if node.listed { // set only with known
 		// Listed behind the create: the lock's time runs from before
 		// the create was sent.
 		node.listed = false

@@ -168,26 +168,40 @@ func TestNodes(t *testing.T) {
 	}
 }
 
-// TestListingAfterContention: once an acquisition of a key had to wait,
-// the next one of that Locker lists the queue after the create's reply,
-// not behind it; one that finds the key free goes back to listing behind
-// the create.
+// TestListingAfterContention: once an Acquire of a key had to wait, the
+// next waiting Acquire of that Locker lists the queue after the create's
+// reply, not behind it; one that finds the key free goes back to listing
+// behind the create. TryAcquire, whose listing behind the create is its
+// only one, always lists behind it.
 func TestListingAfterContention(t *testing.T) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
 	base := "/" + uniq("contention")
 	a, b := open(t, raw+base), open(t, raw+base)
 	ctx := context.Background()
 	var pipelined, listed atomic.Int32
+	watching := make(chan struct{}, 1)
 	zookeeper.SetHooks(t, zookeeper.Hooks{
 		Pipelined: func(string) { pipelined.Add(1) },
 		Listed:    func(string, int) { listed.Add(1) },
+		Watching: func(string, string) {
+			select {
+			case watching <- struct{}{}:
+			default:
+			}
+		},
 	})
-	// acquire takes k with l and says whether its queue listing was the
-	// one sent behind the create.
-	acquire := func(l locker.Locker) (behind bool) {
+	// take takes k with l (waiting, or not) and says whether its queue
+	// listing was the one sent behind the create.
+	take := func(l locker.Locker, wait bool) (behind bool) {
 		t.Helper()
 		p0, n0 := pipelined.Load(), listed.Load()
-		lk, err := l.Acquire(ctx, "k")
+		var lk locker.Lock
+		var err error
+		if wait {
+			lk, err = l.Acquire(ctx, "k")
+		} else {
+			lk, err = l.TryAcquire(ctx, "k")
+		}
 		require.NoError(t, err)
 		require.NoError(t, lk.Release(ctx))
 		require.Equal(t, int32(1), listed.Load()-n0, "listings")
@@ -195,13 +209,22 @@ func TestListingAfterContention(t *testing.T) {
 	}
 	held, err := a.Acquire(ctx, "k") // makes the key node
 	require.NoError(t, err)
-	_, err = b.TryAcquire(ctx, "k")
-	require.ErrorIs(t, err, locker.ErrNotAcquired, "b finds k held")
+	waited := make(chan error, 1)
+	go func() {
+		lk, err := b.Acquire(ctx, "k")
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		waited <- err
+	}()
+	<-watching // b waits behind a
 	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-waited)
 
-	assert.False(t, acquire(b), "after waiting: the listing waits for the create's reply")
-	assert.True(t, acquire(b), "after finding k free: the listing goes behind the create")
-	assert.True(t, acquire(a), "a never waited")
+	assert.True(t, take(b, false), "TryAcquire after waiting: the listing still goes behind the create")
+	assert.False(t, take(b, true), "Acquire after waiting: the listing waits for the create's reply")
+	assert.True(t, take(b, true), "Acquire after finding k free: the listing goes behind the create")
+	assert.True(t, take(a, true), "a never waited")
 }
 
 // TestKeyEncoding: every key maps to one valid znode name of its own, and

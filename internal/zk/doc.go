@@ -8,6 +8,13 @@
 // (lock.go; the backend has its own) and the four-letter-word commands
 // (flw.go).
 //
+// So that the backend can take an application's own go-zookeeper
+// connection as well as one of these, every data type, state, flag,
+// permission and error is an alias of go-zookeeper's (alias.go) instead of
+// a type of its own; the error-code table maps to those errors
+// (codeError, upstream's toError), and the struct literals that built the
+// removed types are keyed.
+//
 // Changes from v1.0.4, each a defect of the released client:
 //
 //   - Conn.lastZxid is an atomic.Int64. On every reconnect the connection
