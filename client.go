@@ -86,7 +86,7 @@ func configure(d backend.Driver, cfg *Config) *client {
 	c.log = c.cfg.ResolvedLogger()
 	c.waiter, _ = d.(backend.Waiter)
 	c.notifier, _ = d.(backend.Notifier)
-	c.drift = defaultDrift
+	c.drift = backend.DefaultDrift // unless the driver is a backend.Drifter
 	if dr, ok := d.(backend.Drifter); ok {
 		c.drift = dr.Drift
 	}

@@ -10,10 +10,6 @@ import (
 	"github.com/distlock/locker/backend"
 )
 
-// defaultDrift is the clock-drift allowance subtracted from a TTL to get
-// the local validity, unless the driver is a backend.Drifter.
-var defaultDrift = backend.DefaultDrift
-
 type lockState int
 
 const (

@@ -20,12 +20,9 @@
 // enabled, and the user's role must allow reading and writing the
 // namespace). A Locker closes only clients it opened from a URL.
 //
-// A client from clientv3.New is used through its connection: the two
-// transactions every lock sends are built as protobuf, without clientv3's
-// Txn builder and its allocations (about 1% of an uncontended
-// Acquire+Release). A client whose KV was replaced, for example by
-// clientv3/namespace (set its Watcher and Lease too), is used through its
-// KV, so the Locker's keys stay inside that namespace.
+// A client whose KV was replaced, for example by clientv3/namespace, keeps
+// the Locker's keys inside that namespace; set its Watcher and Lease too,
+// since the Locker watches its keys and keeps them on leases.
 //
 // # How a lock works
 //

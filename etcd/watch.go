@@ -357,7 +357,9 @@ func (w *watcher) look(ctx context.Context, hs []*held) (int64, error) {
 	}
 	if first == 0 {
 		// Nothing to read: the watch may start at the current revision.
-		resp, err := w.d.cli.Get(ctx, w.d.ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithLimit(1))
+		// A read of one key: the header's revision is the store's, and
+		// nothing is counted.
+		resp, err := w.d.cli.Get(ctx, w.d.ns)
 		if err != nil {
 			return 0, wrap(ctx, err)
 		}

@@ -132,12 +132,24 @@ func Interleave(b *testing.B, designs ...Design) {
 		}
 	}
 	b.StopTimer()
+	names := make([]string, len(designs))
+	rate := make([]float64, len(designs))
 	for i, d := range designs {
-		b.ReportMetric(float64(b.N)/total[i].Seconds(), d.Name+"-ops/s")
-		b.ReportMetric(float64(lat[i].Quantile(0.5))/float64(time.Microsecond), d.Name+"-p50-µs")
-		b.ReportMetric(float64(lat[i].Quantile(0.99))/float64(time.Microsecond), d.Name+"-p99-µs")
+		names[i], rate[i] = d.Name, float64(b.N)/total[i].Seconds()
+	}
+	reportDesigns(b, names, "ops/s", rate, lat)
+}
+
+// reportDesigns reports each design's rate ("<name>-<unit>") and latency
+// quantiles, and for each design its rate relative to every design listed
+// before it ("<name>/<other>").
+func reportDesigns(b *testing.B, names []string, unit string, rate []float64, lat []Latencies) {
+	for i, name := range names {
+		b.ReportMetric(rate[i], name+"-"+unit)
+		b.ReportMetric(float64(lat[i].Quantile(0.5))/float64(time.Microsecond), name+"-p50-µs")
+		b.ReportMetric(float64(lat[i].Quantile(0.99))/float64(time.Microsecond), name+"-p99-µs")
 		for j := range i {
-			b.ReportMetric(total[j].Seconds()/total[i].Seconds(), d.Name+"/"+designs[j].Name)
+			b.ReportMetric(rate[i]/rate[j], name+"/"+names[j])
 		}
 	}
 }
@@ -243,16 +255,12 @@ func HandoffInterleave(b *testing.B, waiters int, key string, designs ...Handoff
 		}
 	}
 	b.StopTimer()
+	names := make([]string, len(designs))
 	rate := make([]float64, len(designs))
 	for i, d := range designs {
-		rate[i] = float64(len(lat[i].d)) / elapsed[i].Seconds()
-		b.ReportMetric(rate[i], d.Name+"-handoffs/s")
-		b.ReportMetric(float64(lat[i].Quantile(0.5))/float64(time.Microsecond), d.Name+"-p50-µs")
-		b.ReportMetric(float64(lat[i].Quantile(0.99))/float64(time.Microsecond), d.Name+"-p99-µs")
-		for j := range i {
-			b.ReportMetric(rate[i]/rate[j], d.Name+"/"+designs[j].Name)
-		}
+		names[i], rate[i] = d.Name, float64(len(lat[i].d))/elapsed[i].Seconds()
 	}
+	reportDesigns(b, names, "handoffs/s", rate, lat)
 }
 
 func openLockers(n int, newLocker func() (locker.Locker, error)) ([]locker.Locker, error) {
