@@ -113,7 +113,7 @@ func (a *attempt) remove() {
 	s, path := a.s, a.node.path
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), cleanupTimeout)
 	defer cancel()
-	err := s.call(ctx, a.ep, func() error { return s.conn.Delete(path, -1) }, nil)
+	err := s.delete(ctx, a.ep, path)
 	if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, errSessionExpired) && !errors.Is(err, errSessionClosed) {
 		s.cleanup(path)
 	}
@@ -181,50 +181,82 @@ func (a *attempt) create() error {
 // or report the create's czxid, it sends the create alone; the listing
 // then reads the czxid from our node's entry (see list).
 func (a *attempt) sendCreate(list bool) (ourNode, error) {
-	s, parent, guid, acl := a.s, a.parent, a.guid, a.d.acl
-	prefix := lockPrefix(parent, guid)
+	if c, ok := a.s.conn.(ownConn); ok {
+		return a.createOwn(c, list)
+	}
+	s, prefix := a.s, lockPrefix(a.parent, a.guid)
 	var node ourNode
 	err := s.call(a.ctx, a.ep, func() error {
-		if h := testHooks.Load(); h != nil && h.beforeCreate != nil {
-			h.beforeCreate(prefix)
-		}
+		beforeCreate(prefix)
 		node.sent = time.Now()
-		f, ok := s.conn.(fencer)
-		if !ok {
-			p, err := s.conn.Create(prefix, nil, zk.FlagEphemeralSequential, acl)
-			node.path = p
-			return err
-		}
-		behind := ""
-		if list {
-			behind = parent
-		}
-		c, l, err := f.CreateAndList(prefix, nil, zk.FlagEphemeralSequential, acl, behind)
-		if err != nil {
-			return err
-		}
-		node.path, node.czxid, node.owner, node.known = c.Path, c.Zxid, c.Session, true
-		if list && l.Err == nil {
-			node.children, node.listed = l.Children, true
-		}
-		return nil
-	}, func(err error) {
-		// The caller gave up first; undo whatever the create did: at
-		// once if the delete goes through (a cancelled caller waits for
-		// that in s.call), else in the background.
-		switch {
-		case err == nil:
-			if derr := s.conn.Delete(node.path, -1); derr != nil && !errors.Is(derr, zk.ErrNoNode) {
-				s.cleanup(node.path)
-			}
-		case errors.Is(err, zk.ErrConnectionClosed):
-			s.cleanupGUID(parent, guid)
-		}
-	})
+		p, err := s.conn.Create(prefix, nil, zk.FlagEphemeralSequential, a.d.acl)
+		node.path = p
+		return err
+	}, func(err error) { a.undoCreate(node.path, err) })
 	if err != nil {
 		return ourNode{}, err // node is not ours to read if the caller gave up
 	}
 	return node, nil
+}
+
+// createOwn is sendCreate on one of the Locker's own connections: the
+// create's reply gives the fence, and the listing goes right behind it if
+// list. A caller that gives up waiting for the reply (zk.ErrStopped) leaves
+// the outcome to undoCreate; a cancelled one waits for that undo, within
+// cleanupTimeout, so that it leaves nothing behind when it returns.
+func (a *attempt) createOwn(c ownConn, list bool) (ourNode, error) {
+	st, err := stop(a.ctx, a.ep)
+	if err != nil {
+		return ourNode{}, err // nothing sent, nothing to undo
+	}
+	prefix, behind := lockPrefix(a.parent, a.guid), ""
+	if list {
+		behind = a.parent
+	}
+	undone := make(chan error, 1)
+	beforeCreate(prefix)
+	node := ourNode{sent: time.Now()}
+	cr, l, err := c.CreateAndList(st, prefix, nil, zk.FlagEphemeralSequential, a.d.acl, behind, func(cr zk.Created, err error) {
+		a.undoCreate(cr.Path, err)
+		undone <- nil
+	})
+	if errors.Is(err, zk.ErrStopped) {
+		err = stopped(a.ctx, a.ep, err)
+		if err == a.ctx.Err() {
+			awaitUndo(undone)
+		}
+		return ourNode{}, err
+	}
+	if err != nil {
+		return ourNode{}, err
+	}
+	node.path, node.czxid, node.owner, node.known = cr.Path, cr.Zxid, cr.Session, true
+	if list && l.Err == nil {
+		node.children, node.listed = l.Children, true
+	}
+	return node, nil
+}
+
+// undoCreate undoes the create of a caller that gave up waiting for its
+// outcome (err, and path if it succeeded): at once if the delete goes
+// through, else in the background.
+func (a *attempt) undoCreate(path string, err error) {
+	s := a.s
+	switch {
+	case err == nil:
+		if derr := s.conn.Delete(path, -1); derr != nil && !errors.Is(derr, zk.ErrNoNode) {
+			s.cleanup(path)
+		}
+	case errors.Is(err, zk.ErrConnectionClosed):
+		s.cleanupGUID(a.parent, a.guid)
+	}
+}
+
+// beforeCreate calls the test hook of that name.
+func beforeCreate(prefix string) {
+	if h := testHooks.Load(); h != nil && h.beforeCreate != nil {
+		h.beforeCreate(prefix)
+	}
 }
 
 // find returns the path of the child of the key node whose name carries
@@ -238,11 +270,7 @@ func (a *attempt) find() (string, error) {
 	var children []string
 	var err error
 	for range maxAttempts {
-		err = s.call(a.ctx, a.ep, func() error {
-			c, _, err := s.conn.Children(parent)
-			children = c
-			return err
-		}, nil)
+		children, err = s.children(a.ctx, a.ep, parent)
 		if !errors.Is(err, zk.ErrNoServer) && !errors.Is(err, zk.ErrConnectionClosed) {
 			break
 		}
@@ -375,7 +403,11 @@ func (a *attempt) listQueue() (children []string, start time.Time, pipelined boo
 	start = time.Now()
 	var c []string
 	var stat *zk.Stat
-	err = a.s.call(a.ctx, a.ep, a.list(&c, &stat), nil)
+	if node.known {
+		c, err = a.s.children(a.ctx, a.ep, a.parent)
+	} else {
+		err = a.s.call(a.ctx, a.ep, a.listOwn(&c, &stat), nil)
+	}
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, start, false, errRequeue // the key node went, and our node with it
 	}
@@ -388,19 +420,12 @@ func (a *attempt) listQueue() (children []string, start time.Time, pipelined boo
 	return c, start, false, nil
 }
 
-// list returns the request that lists the queue into children; where the
-// create's reply was not seen (!known), it also reads our own node into
-// stat, in the same round trip.
-func (a *attempt) list(children *[]string, stat **zk.Stat) func() error {
-	s, parent, path, known := a.s, a.parent, a.node.path, a.node.known
+// listOwn returns the request that lists the queue into children and, in
+// the same round trip, reads our own node into stat: for a node whose
+// create's reply was not seen (the connection dropped, or is not ours).
+func (a *attempt) listOwn(children *[]string, stat **zk.Stat) func() error {
+	s, parent, path := a.s, a.parent, a.node.path
 	return func() error {
-		if known {
-			c, _, err := s.conn.Children(parent)
-			*children = c
-			return err
-		}
-		// The create's reply did not say (the connection dropped, or is
-		// not ours): read our own node in the same round trip.
 		type result struct {
 			ok  bool
 			st  *zk.Stat
@@ -438,16 +463,14 @@ func (a *attempt) grant(start time.Time) (backend.Acquisition, error) {
 // watchPred watches pred, the node just before ours, and waits until it
 // goes. It returns errAgain when the queue is to be listed again (pred
 // went, or the watch ended with the connection), or why to stop waiting.
+//
+// A deleted pred does not make ours the lowest even if pred was the only
+// node ahead: a lock moved to another session (Refresh with a new TTL) is
+// deleted and made again under the same name, keeping its place.
 func (a *attempt) watchPred(pred string) error {
-	s := a.s
-	var watch <-chan zk.Event
-	err := s.call(a.ctx, a.ep, func() error {
-		// A data watch, not an exists watch: on a node that is already
-		// gone it fails without leaving a watch behind.
-		_, _, ch, err := s.conn.GetW(pred)
-		watch = ch
-		return err
-	}, nil)
+	// A data watch, not an exists watch: on a node that is already gone
+	// it fails without leaving a watch behind.
+	watch, err := a.s.watchData(a.ctx, a.ep, pred)
 	if errors.Is(err, zk.ErrNoNode) {
 		return errAgain // gone already: look again
 	}
@@ -457,23 +480,26 @@ func (a *attempt) watchPred(pred string) error {
 	if h := testHooks.Load(); h != nil && h.watching != nil {
 		h.watching(a.node.path, pred)
 	}
-	// Deleted (a release, an expiry, a waiter that gave up) or the watch
-	// ended with the connection: look again either way.
-	return waitOn(a, watch)
+	// Deleted (a release, an expiry, a waiter that gave up, a move) or
+	// the watch ended with the connection: look again either way.
+	if _, err := waitOn(a, watch); err != nil {
+		return err
+	}
+	return errAgain
 }
 
-// waitOn waits for ch, then returns errAgain; or for the end of a's
-// context, of its session epoch or of the driver, and returns why.
-func waitOn[T any](a *attempt, ch <-chan T) error {
+// waitOn waits for ch and returns what it received; or for the end of
+// a's context, of its session epoch or of the driver, and returns why.
+func waitOn[T any](a *attempt, ch <-chan T) (v T, err error) {
 	select {
-	case <-ch:
-		return errAgain
+	case v = <-ch:
+		return v, nil
 	case <-a.ctx.Done():
-		return a.ctx.Err()
+		return v, a.ctx.Err()
 	case <-a.ep.gone:
-		return a.ep.err()
+		return v, a.ep.err()
 	case <-a.d.done:
-		return backend.ErrClosed
+		return v, backend.ErrClosed
 	}
 }
 
@@ -493,7 +519,10 @@ func (a *attempt) settle(err error) error {
 	}
 	t := time.NewTimer(50 * time.Millisecond)
 	defer t.Stop()
-	return waitOn(a, t.C)
+	if _, err := waitOn(a, t.C); err != nil {
+		return err
+	}
+	return errAgain
 }
 
 // describe makes the error that ended an acquisition after tries tries,

@@ -526,7 +526,7 @@ func (h *held) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.call(ctx, ep, func() error { return s.conn.Delete(h.path, -1) }, nil)
+	err = s.delete(ctx, ep, h.path)
 	switch {
 	case err == nil:
 		h.finish()

@@ -34,17 +34,23 @@ type conn interface {
 	Sync(path string) (string, error)
 }
 
-// A fencer is a connection that sends a create and a listing together and
-// reports the create's czxid and session: the Locker's own connections
-// (internal/zk), not an application's go-zookeeper connection.
-type fencer interface {
-	CreateAndList(path string, data []byte, flags int32, acl []zk.ACL, list string) (zk.Created, zk.Listed, error)
+// An ownConn is one of the Locker's own connections (internal/zk), not an
+// application's go-zookeeper connection. It sends a create and a listing
+// together and reports the create's czxid and session; and the requests
+// on a lock's path stop waiting for their reply when the caller's context
+// or epoch ends (zk.Stop), without the goroutine per request that call
+// needs for that. The session's methods below use it where they can.
+type ownConn interface {
+	CreateAndList(st zk.Stop, path string, data []byte, flags int32, acl []zk.ACL, list string, late func(zk.Created, error)) (zk.Created, zk.Listed, error)
+	ChildrenStop(st zk.Stop, path string) ([]string, *zk.Stat, error)
+	GetWStop(st zk.Stop, path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
+	DeleteStop(st zk.Stop, path string, version int32) error
 }
 
 var (
-	_ conn   = (*gozk.Conn)(nil)
-	_ conn   = (*zk.Conn)(nil)
-	_ fencer = (*zk.Conn)(nil)
+	_ conn    = (*gozk.Conn)(nil)
+	_ conn    = (*zk.Conn)(nil)
+	_ ownConn = (*zk.Conn)(nil)
 )
 
 // A session is one ZooKeeper session, on a connection of its own, whose
@@ -373,6 +379,82 @@ func (s *session) call(ctx context.Context, ep *epoch, fn func() error, abandone
 		awaitUndo(done)
 	}
 	return err
+}
+
+// stop returns what stops an ownConn request made for ctx in epoch ep,
+// or the error that says it is not to be sent at all, as call does.
+func stop(ctx context.Context, ep *epoch) (zk.Stop, error) {
+	if err := ctx.Err(); err != nil {
+		return zk.Stop{}, err
+	}
+	select {
+	case <-ep.gone:
+		return zk.Stop{}, ep.err()
+	default:
+	}
+	return zk.Stop{Done: ctx.Done(), Gone: ep.gone}, nil
+}
+
+// stopped turns an ownConn request's zk.ErrStopped into why it stopped:
+// ctx's error, or the end of ep. Any other err is returned as it is.
+func stopped(ctx context.Context, ep *epoch, err error) error {
+	if !errors.Is(err, zk.ErrStopped) {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return ep.err()
+}
+
+// children lists path, for ctx in epoch ep.
+func (s *session) children(ctx context.Context, ep *epoch, path string) ([]string, error) {
+	if c, ok := s.conn.(ownConn); ok {
+		st, err := stop(ctx, ep)
+		if err != nil {
+			return nil, err
+		}
+		children, _, err := c.ChildrenStop(st, path)
+		return children, stopped(ctx, ep, err)
+	}
+	var children []string
+	err := s.call(ctx, ep, func() error {
+		c, _, err := s.conn.Children(path)
+		children = c
+		return err
+	}, nil)
+	return children, err
+}
+
+// watchData sets a data watch on path, for ctx in epoch ep.
+func (s *session) watchData(ctx context.Context, ep *epoch, path string) (<-chan zk.Event, error) {
+	if c, ok := s.conn.(ownConn); ok {
+		st, err := stop(ctx, ep)
+		if err != nil {
+			return nil, err
+		}
+		_, _, watch, err := c.GetWStop(st, path)
+		return watch, stopped(ctx, ep, err)
+	}
+	var watch <-chan zk.Event
+	err := s.call(ctx, ep, func() error {
+		_, _, ch, err := s.conn.GetW(path)
+		watch = ch
+		return err
+	}, nil)
+	return watch, err
+}
+
+// delete deletes path, whatever its version, for ctx in epoch ep.
+func (s *session) delete(ctx context.Context, ep *epoch, path string) error {
+	if c, ok := s.conn.(ownConn); ok {
+		st, err := stop(ctx, ep)
+		if err != nil {
+			return err
+		}
+		return stopped(ctx, ep, c.DeleteStop(st, path, -1))
+	}
+	return s.call(ctx, ep, func() error { return s.conn.Delete(path, -1) }, nil)
 }
 
 // awaitUndo waits, within cleanupTimeout, until an abandoned request was

@@ -28,7 +28,11 @@
 // go-zookeeper's API does not give: WithSessionGranted (the session timeout
 // granted on each connect) and Conn.CreateAndList (a create's zxid and
 // session, and a listing sent behind it without waiting for its reply).
-// They replace reading these off the wire under the client.
+// They replace reading these off the wire under the client. And a Stop
+// for the requests on a lock's path (CreateAndList, ChildrenStop, GetWStop,
+// DeleteStop): a caller whose context or session epoch ends stops waiting
+// for the reply at once, without a goroutine per request to make that
+// possible.
 //
 // Keep the copy close to upstream: change it only to fix a defect or to
 // add what the backend needs, and list the change above.

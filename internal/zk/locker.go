@@ -1,6 +1,9 @@
 package zk
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // What the lock backend needs of a connection that go-zookeeper's API does
 // not give: the session timeout the server granted on each connect, the
@@ -37,7 +40,13 @@ type Listed struct {
 // waiting for the create's reply: the server answers a session's requests
 // in the order they arrive, so the listing sees the create applied. The
 // listing is only meaningful if the create succeeded.
-func (c *Conn) CreateAndList(path string, data []byte, flags int32, acl []ACL, list string) (Created, Listed, error) {
+//
+// If st stops the wait for the create's reply, CreateAndList returns
+// ErrStopped and late (if not nil) gets the create's outcome once it
+// comes, in a goroutine of its own, so that the caller can undo it. If st
+// stops only the wait for the listing, the create's outcome is returned
+// and the listing's error is ErrStopped.
+func (c *Conn) CreateAndList(st Stop, path string, data []byte, flags int32, acl []ACL, list string, late func(Created, error)) (Created, Listed, error) {
 	createMode, err := parseCreateMode(flags)
 	if err != nil {
 		return Created{}, Listed{}, err
@@ -62,26 +71,113 @@ func (c *Conn) CreateAndList(path string, data []byte, flags int32, acl []ACL, l
 	if list != "" {
 		listed = c.queueRequest(opGetChildren2, &getChildren2Request{Path: list}, lres, nil)
 	}
-	var cr response
-	select {
-	case cr = <-created:
-	case <-c.shouldQuit:
-		return Created{}, Listed{}, ErrConnectionClosed
-	}
-	if cr.err != nil {
-		return Created{}, Listed{}, cr.err
-	}
-	out := Created{Path: res.Path, Zxid: cr.zxid, Session: session}
-	if listed == nil {
-		return out, Listed{}, nil
-	}
-	select {
-	case lr := <-listed:
-		if lr.err != nil {
-			return out, Listed{Err: lr.err}, nil
+	outcome := func(r response) (Created, error) {
+		if r.err != nil {
+			return Created{}, r.err
 		}
-		return out, Listed{Children: lres.Children}, nil
-	case <-c.shouldQuit:
-		return out, Listed{Err: ErrConnectionClosed}, nil
+		return Created{Path: res.Path, Zxid: r.zxid, Session: session}, nil
 	}
+	cr, ok := c.await(st, created)
+	if !ok {
+		if late != nil {
+			go func() { late(outcome(c.awaitLate(created))) }()
+		}
+		return Created{}, Listed{}, ErrStopped
+	}
+	out, err := outcome(cr)
+	if err != nil || listed == nil {
+		return out, Listed{}, err
+	}
+	lr, ok := c.await(st, listed)
+	switch {
+	case !ok:
+		return out, Listed{Err: ErrStopped}, nil
+	case lr.err != nil:
+		return out, Listed{Err: lr.err}, nil
+	}
+	return out, Listed{Children: lres.Children}, nil
+}
+
+// A Stop ends the wait for a request's reply early, when Done (a
+// context's) or Gone (the caller's session epoch) closes: the request then
+// returns ErrStopped at once, without a goroutine of its own waiting for
+// it. The request stays sent and may still be applied. Nil channels never
+// stop a wait.
+type Stop struct {
+	Done, Gone <-chan struct{}
+}
+
+// ErrStopped: the caller's Stop ended the wait for the reply. The request
+// may still be applied.
+var ErrStopped = errors.New("zk: stopped waiting for the reply")
+
+// await waits for a reply on recv and reports whether it came: false if
+// st ended the wait first. The end of the connection is a reply with
+// ErrConnectionClosed, as request makes it.
+func (c *Conn) await(st Stop, recv <-chan response) (response, bool) {
+	select {
+	case r := <-recv:
+		return r, true
+	case <-c.shouldQuit:
+		return response{-1, ErrConnectionClosed}, true
+	case <-st.Done:
+	case <-st.Gone:
+	}
+	return response{}, false
+}
+
+// awaitLate waits for the reply to a request whose caller stopped waiting.
+func (c *Conn) awaitLate(recv <-chan response) response {
+	r, _ := c.await(Stop{}, recv)
+	return r
+}
+
+// ChildrenStop is Children, stopped by st.
+func (c *Conn) ChildrenStop(st Stop, path string) ([]string, *Stat, error) {
+	if err := validatePath(path, false); err != nil {
+		return nil, nil, err
+	}
+	res := &getChildren2Response{}
+	r, ok := c.await(st, c.queueRequest(opGetChildren2, &getChildren2Request{Path: path}, res, nil))
+	switch {
+	case !ok:
+		return nil, nil, ErrStopped
+	case r.err == ErrConnectionClosed:
+		return nil, nil, r.err
+	}
+	return res.Children, &res.Stat, r.err
+}
+
+// GetWStop is GetW, stopped by st. A watch whose request was stopped is
+// still set once the reply comes, and fires as any other.
+func (c *Conn) GetWStop(st Stop, path string) ([]byte, *Stat, <-chan Event, error) {
+	if err := validatePath(path, false); err != nil {
+		return nil, nil, nil, err
+	}
+	var ech <-chan Event
+	res := &getDataResponse{}
+	r, ok := c.await(st, c.queueRequest(opGetData, &getDataRequest{Path: path, Watch: true}, res, func(_ *request, _ *responseHeader, err error) {
+		if err == nil {
+			ech = c.addWatcher(path, watchTypeData)
+		}
+	}))
+	switch {
+	case !ok:
+		return nil, nil, nil, ErrStopped
+	case r.err != nil:
+		return nil, nil, nil, r.err
+	}
+	return res.Data, &res.Stat, ech, nil
+}
+
+// DeleteStop is Delete, stopped by st.
+func (c *Conn) DeleteStop(st Stop, path string, version int32) error {
+	if err := validatePath(path, false); err != nil {
+		return err
+	}
+	r, ok := c.await(st, c.queueRequest(opDelete, &DeleteRequest{Path: path, Version: version}, &deleteResponse{}, nil))
+	if !ok {
+		return ErrStopped
+	}
+	return r.err
 }
