@@ -52,10 +52,11 @@
 // (create, list, delete) but wait for two round trips: the listing is sent
 // right behind the create, without waiting for its reply. The server
 // answers one session's requests in the order they arrive, so the listing
-// already includes the new node. Where this Locker's last acquisition of
-// the key had to wait, the listing waits for the create's reply instead:
-// a queue is likely there, and a listing that arrives with the create
-// slows the handoff to the next waiter (see Performance). A key whose
+// already includes the new node. Where one of this Locker's recent
+// acquisitions of the key had to wait (and the eight since have not all
+// found it free), the listing waits for the create's reply instead: a
+// queue is likely there, and a listing that arrives with the create slows
+// the handoff to the next waiter (see Performance). A key whose
 // node does not exist yet
 // costs two requests and two round trips more: the create (and the
 // listing behind it) fail, the key node is created, then our node in it.
@@ -244,14 +245,21 @@
 //   - The first acquisition of a key never locked before: 1.5x (three
 //     round trips against four).
 //   - Handoff between waiters on one key, the two libraries taking turns
-//     50 handoffs at a time: 0.90x to 0.94x with two waiters, 0.95x to
-//     1.01x with eight. Both send the same requests (a listing once woken,
-//     a watch on the node ahead). Of the gap, 3 to 5 points are the
-//     goroutine each request of a cancellable call runs on (measured by
-//     running them on the caller's instead). With the listing sent behind
-//     the create on a contended key, two waiters handed over 7% less
-//     often than with it sent after the reply, hence the per-key choice
-//     above.
+//     50 handoffs at a time: 0.97x to 1.02x with two waiters and with
+//     eight, and the same p50 within 5%. Both send the same requests (a
+//     watch on the node ahead, a listing once woken). Two choices got
+//     there. The requests on a lock's path wait for their reply on the
+//     caller's goroutine (internal/zk's Stop), not on one started for each
+//     cancellable request: that goroutine cost 3 to 5 points. And on a key
+//     handed back and forth the listing waits for the create's reply: with
+//     it sent behind the create, two waiters handed over 7% to 13% less
+//     often. A key stays counted as contended until eight acquisitions in
+//     a row found it free; forgotten after one, it lost about 5 points.
+//
+// A waiter whose predecessor goes lists the queue again even if that node
+// was the only one ahead: a lock moved to another session (Refresh with a
+// new TTL) is deleted and made again under its name, and only a listing
+// tells the two apart.
 //
 // # Your own connection
 //
