@@ -319,6 +319,7 @@ func checkEntries(t *testing.T, raw *clientv3.Client, ns string, before map[stri
 // every held entry in transactions of 128 reads; they are split, and later
 // looks are sent in transactions it takes.
 func TestLookTxnLimit(t *testing.T) {
+	etcd.SetWatchAfter(t, 0) // the watch from the first lock on
 	const n = 40
 	g := newGapServer(t, "", "--max-txn-ops", "16")
 	var log txnLog

@@ -133,7 +133,8 @@
 // (an operator, a tool, a revoke of our lease), or put again under
 // another create revision or on a lease the entry is not on (our lease no
 // longer bounds it): the Locker's watch reports that as soon as etcd
-// delivers the change, and a Refresh, which reads the entry, finds it
+// delivers the change (for a lock held less than 100 ms, when the watch
+// starts; see below), and a Refresh, which reads the entry, finds it
 // too; when the server says the lease is gone (at the next keepalive);
 // and when the lease lapses:
 // its confirmed validity, less the drift allowance, passes without a
@@ -150,9 +151,13 @@
 // that cannot reach etcd waits for it no longer than the lease it is made
 // for lives.
 //
-// The watch is one per Locker, on its whole namespace, from the first lock
-// it holds until a minute after its last, and it follows every change
-// from a known revision on. Before it starts, and again after any gap (its
+// The watch is one per Locker, on its whole namespace, from the moment
+// one of its locks has been held for 100 ms until a minute after its last
+// lock, and it follows every change from a known revision on. Most locks
+// are released sooner, and for them a watch would only cost each put and
+// delete an event (see Performance); a deletion by someone else in a
+// lock's first 100 ms is found by the reads the watch starts with, or by
+// Release (ErrNotHeld). Before it starts, and again after any gap (its
 // stream ended: no leader, a compaction of the revisions it would resume
 // from, a connection that could not be resumed), the Locker reads every
 // held entry and starts the watch just after the earliest revision those
@@ -233,15 +238,17 @@
 //	eval $(scripts/services.sh env)   # from the repository root
 //	cd bench/etcd && go test -run '^$' -bench . -benchtime 2000x -count 2
 //
-// as ratios of uncontended Acquire+Release throughput: locker/mutex 0.95
-// to 0.97, locker/raw 0.91 to 0.95, locker/txns 0.93 to 0.95 (the
-// protocols alone: txns/mutex 1.01 to 1.02). About half of what the
-// Locker adds to its transactions is its watch: the server sends the
-// watch an event for every put and delete in the namespace, and with a
-// watch on the hand-sent transactions' prefix as well, locker/txns
-// measured 0.96. That watch is what closes Lost promptly when an entry is
-// deleted; every process sharing a namespace receives every change in it,
-// so give unrelated services namespaces of their own. Handing one key
+// as ratios of uncontended Acquire+Release throughput: locker/mutex 0.985
+// to 1.005, locker/raw 0.936 to 0.940, locker/txns 0.95 to 0.97 (the
+// protocols alone: txns/mutex 1.03 to 1.04, txns/raw 0.97 to 0.98). Run
+// one after the other instead of taking turns, the Locker spends 25 µs of
+// its 1.15 ms outside its two transactions. A watch running during such
+// short locks costs about 4 points more (locker/mutex 0.95 to 0.97 when
+// it started with the first lock): the server sends it an event for each
+// put and delete in the namespace, on the connection the transactions'
+// replies come by. Hence the 100 ms before it starts. Every process
+// sharing a namespace receives every change in it once its watch runs, so
+// give unrelated services namespaces of their own. Handing one key
 // over between eight waiters measured 565 to 607 handoffs a second, p99
 // 3.9 to 4.0 ms (concurrency.Mutex: 80 a second, p90 85 ms).
 //

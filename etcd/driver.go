@@ -230,6 +230,7 @@ type hooks struct {
 	resync    func()                     // the watcher starts, before it looks at every held entry
 	resynced  func()                     // the watcher looked at every held entry, before it starts the watch
 	change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
+	due       func()                     // the watcher is about to check whether a lock has been held for watchAfter
 }
 
 var testHooks atomic.Pointer[hooks]

@@ -28,13 +28,14 @@ type Hooks struct {
 	Resync    func()                     // the watcher starts, before it looks at every held entry
 	Resynced  func()                     // the watcher looked at every held entry, before it starts the watch
 	Change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
+	Due       func()                     // the watcher is about to check whether a lock has been held for watchAfter
 }
 
 // SetHooks installs h for the rest of the test, or until restore is
 // called. restore may be called more than once; it removes h only if no
 // later SetHooks replaced it.
 func SetHooks(t testing.TB, h Hooks) (restore func()) {
-	p := &hooks{watching: h.Watching, checking: h.Checking, put: h.Put, keepalive: h.Keepalive, held: h.Held, resync: h.Resync, resynced: h.Resynced, change: h.Change}
+	p := &hooks{watching: h.Watching, checking: h.Checking, put: h.Put, keepalive: h.Keepalive, held: h.Held, resync: h.Resync, resynced: h.Resynced, change: h.Change, due: h.Due}
 	testHooks.Store(p)
 	restore = func() { testHooks.CompareAndSwap(p, nil) }
 	t.Cleanup(restore)
@@ -47,6 +48,14 @@ var (
 	ErrEntryOverwritten = errEntryOverwritten
 	ErrEntryMoved       = errEntryMoved
 )
+
+// SetWatchAfter changes how long a lock is held before the watch must
+// cover it, for the rest of the test; 0 starts the watch with the first
+// lock, as the tests of the watch itself want.
+func SetWatchAfter(t testing.TB, d time.Duration) {
+	old := watchAfter.Swap(int64(d))
+	t.Cleanup(func() { watchAfter.Store(old) })
+}
 
 // SetIdleLinger changes how long an unused lease is kept, for the rest of
 // the test.

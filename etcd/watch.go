@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -46,6 +47,17 @@ type watcher struct {
 	unchecked []*held
 	running   bool      // the loop runs
 	idleSince time.Time // since when entries is empty
+	// young are the locks registered while the loop was not running, in
+	// the order they were, for due to start it once one of them has been
+	// held for watchAfter; due runs from timer.
+	young []youngLock
+	timer *time.Timer
+}
+
+// A youngLock is a lock registered while no watch ran, and when.
+type youngLock struct {
+	h  *held
+	at time.Time
 }
 
 func newWatcher(d *driver) *watcher {
@@ -60,13 +72,27 @@ const (
 	maxResync = 2 * time.Second
 )
 
+// watchAfter is how long a lock is held before a watch must cover it.
+// Most locks are released sooner: a watch started for them would be
+// stopped again a minute later having reported nothing, and costs each
+// lock's put and delete an event on the client's connection meanwhile
+// (see Performance in the package doc). A lock's entry deleted by someone
+// else in its first watchAfter is found gone by the look that starts the
+// watch, or by its Release.
+var watchAfter atomic.Int64 // a time.Duration
+
+func init() { watchAfter.Store(int64(100 * time.Millisecond)) }
+
 // register makes the watcher look after h, whose entry was created at
-// h.rev. A change to the entry after h.rev is reported by the running
-// watch, if one runs that reports every change from h.rev+1 on, and has
-// not applied a change after h.rev yet (such a change, a deletion of h's
-// entry perhaps, was applied while h was unknown, and ignored). Otherwise
-// the loop looks at the entry; a look that finds it, at a revision at
-// least seen, leaves the later changes to the watch.
+// h.rev. While no watch runs, h waits among the young locks: the watch
+// starts once one of them has been held for watchAfter (due), and looks at
+// every held entry before it follows the changes. While one runs, a change
+// to the entry after h.rev is reported by it, if it reports every change
+// from h.rev+1 on and has not applied a change after h.rev yet (such a
+// change, a deletion of h's entry perhaps, was applied while h was
+// unknown, and ignored). Otherwise the loop looks at the entry; a look
+// that finds it, at a revision at least seen, leaves the later changes to
+// the watch.
 func (w *watcher) register(h *held) {
 	w.mu.Lock()
 	if h.isDone() {
@@ -75,26 +101,68 @@ func (w *watcher) register(h *held) {
 		return
 	}
 	w.entries[h.key] = h
+	if !w.running {
+		if after := time.Duration(watchAfter.Load()); after > 0 {
+			w.young = append(w.young, youngLock{h, time.Now()})
+			if w.timer == nil {
+				w.timer = time.AfterFunc(after, w.due)
+			}
+			w.mu.Unlock()
+			return
+		}
+		w.startLocked()
+		return
+	}
 	covered := w.from > 0 && w.from <= h.rev+1 && w.seen <= h.rev
 	if !covered {
 		w.unchecked = append(w.unchecked, h)
 	}
-	start := !w.running
-	w.running = w.running || start
 	w.mu.Unlock()
-	switch {
-	case start && w.d.track():
-		go w.loop()
-	case start:
-		w.mu.Lock()
-		w.running = false // closing: Close reports every lock lost
-		w.mu.Unlock()
-	case !covered:
+	if !covered {
 		select {
 		case w.wake <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// due starts the loop if a young lock has been held for watchAfter, and
+// otherwise waits until the oldest one still held will have been.
+func (w *watcher) due() {
+	if h := testHooks.Load(); h != nil && h.due != nil {
+		h.due()
+	}
+	w.mu.Lock()
+	i := 0
+	for i < len(w.young) && w.entries[w.young[i].h.key] != w.young[i].h {
+		i++ // released, expired or lost since
+	}
+	w.young = w.young[i:]
+	switch {
+	case w.running || len(w.young) == 0:
+		w.young, w.timer = nil, nil
+		w.mu.Unlock()
+	case time.Since(w.young[0].at) < time.Duration(watchAfter.Load()):
+		w.timer.Reset(time.Duration(watchAfter.Load()) - time.Since(w.young[0].at))
+		w.mu.Unlock()
+	default:
+		w.young, w.timer = nil, nil
+		w.startLocked()
+	}
+}
+
+// startLocked starts the loop, which looks at every held entry first.
+// It is called with w.mu held and releases it.
+func (w *watcher) startLocked() {
+	w.running = true
+	w.mu.Unlock()
+	if w.d.track() {
+		go w.loop()
+		return
+	}
+	w.mu.Lock()
+	w.running = false // closing: Close reports every lock lost
+	w.mu.Unlock()
 }
 
 // forget stops looking after h: it is released, expired or lost, and its

@@ -198,6 +198,7 @@ func TestRefreshAfterDelete(t *testing.T) {
 // before its watch started is found: the watch starts just after the
 // revision the look saw.
 func TestWatchStartGap(t *testing.T) {
+	etcd.SetWatchAfter(t, 0) // the watch from the first lock on
 	url := testenv.Get(t, testenv.EtcdURL)
 	raw := rawClient(t, testenv.Hosts(t, url)...)
 	hooks := setWatchHooks(t)
@@ -223,6 +224,7 @@ func TestWatchStartGap(t *testing.T) {
 // listed the entries to look at, and deleted before the watch starts, is
 // looked at once the watch runs.
 func TestWatchCoversLockTakenDuringStart(t *testing.T) {
+	etcd.SetWatchAfter(t, 0) // the watch from the first lock on
 	url := testenv.Get(t, testenv.EtcdURL)
 	raw := rawClient(t, testenv.Hosts(t, url)...)
 	hooks := setWatchHooks(t)
@@ -262,6 +264,7 @@ func TestWatchCoversLockTakenDuringStart(t *testing.T) {
 // applied by the watcher, between the acquire and the moment the watcher
 // learns of the lock, is looked at.
 func TestWatchCoversLockRegisteredLate(t *testing.T) {
+	etcd.SetWatchAfter(t, 0) // the watch from the first lock on
 	url := testenv.Get(t, testenv.EtcdURL)
 	raw := rawClient(t, testenv.Hosts(t, url)...)
 	hooks := setWatchHooks(t)
@@ -343,6 +346,7 @@ func (g *gapServer) gap(t *testing.T, during func()) {
 // the history of the deletion compacted before it could resume, is found
 // by the look at every held entry that restarts the watch.
 func TestWatchGapCompacted(t *testing.T) {
+	etcd.SetWatchAfter(t, 0) // the watch from the first lock on
 	g := newGapServer(t, etcd.DefaultNamespace)
 	l := open(t, "etcd://"+g.proxy.Addr())
 	key := uniqueKey("gap")
@@ -373,6 +377,7 @@ func TestWatchGapCompacted(t *testing.T) {
 // lock was reported lost and its entry left behind, on a lease kept alive,
 // blocking the key.)
 func TestWatchLagsBehindOwnMoves(t *testing.T) {
+	etcd.SetWatchAfter(t, 0) // the watch from the first lock on
 	url := testenv.Get(t, testenv.EtcdURL)
 	raw := rawClient(t, testenv.Hosts(t, url)...)
 	l := open(t, url)
@@ -413,5 +418,54 @@ func TestWatchLagsBehindOwnMoves(t *testing.T) {
 	}
 	if got := entryOf(t, raw, key); got != entry {
 		t.Fatalf("entry %q, want %q", got, entry)
+	}
+}
+
+// TestWatchStartsForLongHolds: a lock released within watchAfter starts no
+// watch; one held that long starts it, and the look the watch starts with
+// reports an entry deleted by someone else before it started.
+func TestWatchStartsForLongHolds(t *testing.T) {
+	etcd.SetWatchAfter(t, 50*time.Millisecond)
+	url := testenv.Get(t, testenv.EtcdURL)
+	raw := rawClient(t, testenv.Hosts(t, url)...)
+	l := open(t, url)
+	ctx := context.Background()
+	var starts atomic.Int32
+	due := make(chan struct{}, 16)
+	var gate atomic.Pointer[chan struct{}] // due waits for it, when set
+	etcd.SetHooks(t, etcd.Hooks{
+		Due: func() {
+			if g := gate.Load(); g != nil {
+				<-*g
+			}
+			select {
+			case due <- struct{}{}:
+			default:
+			}
+		},
+		Resync: func() { starts.Add(1) },
+	})
+
+	lk := acquireUnrefreshed(t, l, uniqueKey("brief"))
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-due
+	if n := starts.Load(); n != 0 {
+		t.Fatalf("the watch started %d times for a lock released before watchAfter", n)
+	}
+
+	g := make(chan struct{})
+	gate.Store(&g)
+	key := uniqueKey("long")
+	lk = acquireUnrefreshed(t, l, key)
+	entry := entryOf(t, raw, key)
+	if _, err := raw.Delete(ctx, entry); err != nil {
+		t.Fatal(err)
+	}
+	close(g) // the check runs after the deletion
+	wantLostBy(t, lk, etcd.ErrEntryDeleted)
+	if n := starts.Load(); n != 1 {
+		t.Errorf("the watch started %d times, want 1", n)
 	}
 }
