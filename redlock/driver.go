@@ -734,14 +734,20 @@ func (r *release) verdict() (err error, decided bool) {
 	d := r.h.d
 	nReleased, nNotOurs := r.counts()
 	switch {
-	case nReleased > 0 && nReleased+nNotOurs == len(d.nodes):
-		return nil, true
+	case nNotOurs >= d.quorum:
+		// Lost before the release: a majority had let it expire (and
+		// may have given the key to another). Copies of ours that a
+		// minority still had, their SET having arrived late, are gone
+		// now, which is cleanup, not a release.
+		return fmt.Errorf("%w: %d of %d nodes did not hold it", backend.ErrNotHeld, nNotOurs, len(d.nodes)), true
 	case nReleased >= d.quorum:
 		// Freed for others; the nodes that did not answer let their copy
 		// expire, and a minority copy blocks nobody.
 		return nil, true
-	case nReleased == 0 && nNotOurs >= d.quorum:
-		return fmt.Errorf("%w: %d of %d nodes did not hold it", backend.ErrNotHeld, nNotOurs, len(d.nodes)), true
+	case nReleased+nNotOurs == len(d.nodes):
+		// Every node answered, and ours were too few to be a lock (an
+		// even number of nodes split in half).
+		return fmt.Errorf("%w: only %d of %d nodes held it", backend.ErrNotHeld, nReleased, len(d.nodes)), true
 	}
 	return nil, false
 }

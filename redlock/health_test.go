@@ -161,3 +161,34 @@ func TestUnreachableBatch(t *testing.T) {
 		t.Errorf("one success: %v, want nil", err)
 	}
 }
+
+// TestReleaseAfterMajorityLost: a lock that a majority of nodes let expire,
+// and gave to another holder, while two nodes still had a copy of it (its
+// SET arrived there late, so their copy expires later): Release reports it
+// lost, deletes the late copies, and leaves the other holder's copies.
+func TestReleaseAfterMajorityLost(t *testing.T) {
+	d, cs := testDriver(t, defaults)
+	ctx := context.Background()
+	acq, err := d.TryAcquire(ctx, backend.Request{Key: "k", Token: "a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs[:3] {
+		if err := c.Set(ctx, lockKey("k"), "b", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = acq.Held.Release(ctx)
+	if !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Release of a lock three of five nodes gave to another: %v, want ErrNotHeld", err)
+	}
+	for i, c := range cs {
+		v, err := c.Get(ctx, lockKey("k")).Result()
+		switch {
+		case i < 3 && v != "b":
+			t.Errorf("node %d: the other holder's copy is %q, %v", i, v, err)
+		case i >= 3 && !errors.Is(err, goredis.Nil):
+			t.Errorf("node %d: our late copy is still there: %q, %v", i, v, err)
+		}
+	}
+}
