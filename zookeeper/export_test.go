@@ -39,3 +39,7 @@ func SetSessionIdle(t testing.TB, d time.Duration) {
 	old := sessionIdle.Swap(int64(d))
 	t.Cleanup(func() { sessionIdle.Store(old) })
 }
+
+// ForgetAfter is how many acquisitions in a row must find a key free for
+// the Locker to list behind the create again.
+const ForgetAfter = forgetAfter
