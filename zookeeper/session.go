@@ -423,7 +423,10 @@ func (s *session) children(ctx context.Context, ep *epoch, path string) ([]strin
 		children = c
 		return err
 	}, nil)
-	return children, err
+	if err != nil {
+		return nil, err // fn may still be running, and writing children
+	}
+	return children, nil
 }
 
 // watchData sets a data watch on path, for ctx in epoch ep.
@@ -442,7 +445,10 @@ func (s *session) watchData(ctx context.Context, ep *epoch, path string) (<-chan
 		watch = ch
 		return err
 	}, nil)
-	return watch, err
+	if err != nil {
+		return nil, err // fn may still be running, and writing watch
+	}
+	return watch, nil
 }
 
 // delete deletes path, whatever its version, for ctx in epoch ep.
