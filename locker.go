@@ -201,8 +201,8 @@ var errNilContext = errors.New("nil context (use context.Background())")
 // the operation and the key, and wraps the cause.
 type OpError struct {
 	// Op is the operation: "acquire", "try-acquire", "refresh", "ttl",
-	// "release", "close", or "do" (Do's own errors: a nil fn, the lock
-	// lost while fn ran).
+	// "release", "close", "do" (Do's own errors: a nil fn, the lock
+	// lost while fn ran), "inspect" or "force-release".
 	Op  string
 	Key string
 	Err error

@@ -34,6 +34,7 @@ type entry struct {
 	key     string
 	owner   *Driver
 	token   string
+	fence   uint64 // the holder's
 	expires time.Time
 	timer   *time.Timer
 	onLost  func(error)
@@ -269,7 +270,7 @@ func (s *Store) grantLocked(key string, d *Driver, req backend.Request) backend.
 		s.keys[key] = e
 	}
 	s.fence++
-	e.owner, e.token, e.onLost = d, req.Token, req.OnLost
+	e.owner, e.token, e.onLost, e.fence = d, req.Token, req.OnLost, s.fence
 	now := time.Now()
 	e.expires = now.Add(req.TTL)
 	if e.timer == nil {

@@ -1,0 +1,97 @@
+package redisconn
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// The operator's scripts, which the redis and redlock backends run for
+// locker.Inspect and locker.ForceRelease.
+var (
+	//go:embed scripts/inspect.lua
+	inspectLua string
+	//go:embed scripts/force_release.lua
+	forceReleaseLua string
+
+	inspectScript      = NewScript("inspect", inspectLua, -1)
+	forceReleaseScript = NewScript("force_release", forceReleaseLua, 1)
+)
+
+// KeyState is what a lock key holds on one server.
+type KeyState struct {
+	// Token is the holder's token; "" when the key does not exist.
+	Token string
+	// TTL is the key's remaining TTL, meaningful when TTLKnown (false
+	// when the key does not exist, or exists without a TTL, which no
+	// lock does).
+	TTL      time.Duration
+	TTLKnown bool
+	// Fence is the value of the fence counter, meaningful when Fenced
+	// (false when no counter was asked for, or it does not exist).
+	Fence  uint64
+	Fenced bool
+}
+
+// InspectKey reads lockKey's token and remaining TTL and, unless fenceKey
+// is "", the fence counter, in one script call: one consistent view.
+func InspectKey(ctx context.Context, c Conn, lockKey, fenceKey string) (KeyState, error) {
+	keys := []string{lockKey}
+	if fenceKey != "" {
+		keys = append(keys, fenceKey)
+	}
+	v, err := c.Eval(ctx, inspectScript, keys)
+	if err != nil {
+		return KeyState{}, err
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 3 {
+		return KeyState{}, fmt.Errorf("redis: unexpected reply %T(%v) to the inspect script, want three values", v, v)
+	}
+	var st KeyState
+	if st.Token, err = asString(a[0]); err != nil {
+		return KeyState{}, err
+	}
+	pttl, err := AsInt(a[1])
+	if err != nil {
+		return KeyState{}, err
+	}
+	if pttl >= 0 {
+		st.TTL, st.TTLKnown = time.Duration(pttl)*time.Millisecond, true
+	}
+	fence, err := asString(a[2])
+	if err != nil {
+		return KeyState{}, err
+	}
+	if fence != "" {
+		if st.Fence, err = strconv.ParseUint(fence, 10, 64); err != nil {
+			return KeyState{}, fmt.Errorf("redis: fence counter %s holds %q, not a number", fenceKey, fence)
+		}
+		st.Fenced = true
+	}
+	return st, nil
+}
+
+// ForceRelease deletes lockKey whoever holds it and, if it existed,
+// publishes a release notice on channel for its waiters, as the release
+// script does. It reports whether it deleted a lock.
+func ForceRelease(ctx context.Context, c Conn, lockKey, channel string) (bool, error) {
+	n, err := EvalInt(ctx, c, forceReleaseScript, []string{lockKey}, channel)
+	return n == 1, err
+}
+
+// asString converts a bulk-string reply, which go-redis gives as a string
+// and redigo as bytes; nil is "".
+func asString(v any) (string, error) {
+	switch s := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return s, nil
+	case []byte:
+		return string(s), nil
+	}
+	return "", fmt.Errorf("redis: unexpected reply %T(%v), want a string", v, v)
+}
