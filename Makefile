@@ -1,6 +1,9 @@
 # make test           everything: install servers if missing, start them, vet,
 #                     go test -race against them, stop them
 # make example        the main job on the embedded memory backend, no servers
+# make lockctl        build the command-line tool as ./lockctl (from cmd/lockctl)
+# make demo           lockctl's story of a paused and a crashed holder, fencing
+#                     at work, on the embedded memory backend, no servers
 # make services-up    start the servers for development (then:
 #                     eval $$(scripts/services.sh env))
 # make services-down  stop them
@@ -11,7 +14,7 @@
 
 GO ?= go
 
-.PHONY: test torture example services-up services-down install vet test-short bench
+.PHONY: test torture example lockctl demo services-up services-down install vet test-short bench
 
 test:
 	scripts/test.sh
@@ -21,6 +24,14 @@ torture:
 
 example:
 	$(GO) run ./examples/swap
+
+# cmd/lockctl is a module of its own (its CLI dependencies stay out of the
+# library's go.mod), so it is built from its directory.
+lockctl:
+	cd cmd/lockctl && $(GO) build -o ../../lockctl .
+
+demo:
+	cd cmd/lockctl && $(GO) run . demo --url memory://
 
 install:
 	scripts/install.sh

@@ -1,0 +1,59 @@
+// Command lockctl takes distributed locks from the command line, on any
+// backend of the locker library chosen by URL (memory://, redis://,
+// redlock://, zookeeper://, etcd://...).
+//
+//	lockctl run [--ttl D] [--wait D | --no-wait] [--grace D] KEY -- CMD ARGS...
+//	lockctl demo [--workers N] [--ttl D]
+//	lockctl help exit-codes
+//	lockctl completion bash|zsh|fish|powershell
+//
+// `lockctl run` is flock(1) across machines: it holds KEY (refreshed by the
+// library's watchdog) while CMD runs, gives CMD the lock's key, token and
+// fencing token as LOCKER_KEY, LOCKER_TOKEN and LOCKER_FENCE, and stops CMD
+// if the lock is lost. `lockctl demo` shows, on the embedded backend with
+// no server, why fencing tokens matter: a holder paused past its TTL has
+// its stale write rejected.
+//
+// The URL comes from --url, else --profile's url in the config file, else
+// $LOCKER_URL, else the config file's default profile (`lockctl --help`
+// describes the file). Passwords in URLs are never printed.
+//
+// # Exit codes
+//
+// As timeout(1) and env(1) choose them, so that they rarely collide with
+// the codes of the command `lockctl run` runs:
+//
+//	0      success
+//	N      run: the command's own exit code
+//	1      demo: a stale write was accepted although the backend claims fencing
+//	122    run: the lock was lost while the command ran (the command was
+//	       sent SIGTERM, then SIGKILL after --grace)
+//	124    the lock was not acquired: held by someone else with --no-wait,
+//	       or --wait elapsed
+//	125    lockctl's own error: usage, config, URL, backend unreachable
+//	126    run: the command was found but could not be run
+//	127    run: the command was not found
+//	128+N  run: the command was killed by signal N, as shells report it
+//	       (also lockctl's code when signal N stopped it waiting for the lock)
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/redis/go-redis/v9/logging"
+
+	_ "github.com/distlock/locker/etcd"      // etcd://, etcds://
+	_ "github.com/distlock/locker/memory"    // memory://
+	_ "github.com/distlock/locker/redis"     // redis://, rediss://, redis+sentinel://
+	_ "github.com/distlock/locker/redlock"   // redlock://
+	_ "github.com/distlock/locker/zookeeper" // zookeeper://, zk://
+)
+
+func main() {
+	// go-redis logs on its own, process-wide, what the Locker returns as
+	// errors anyway (a failed dial), which lockctl prints once.
+	logging.Disable()
+	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(execute(context.Background(), a, os.Args[1:]))
+}
