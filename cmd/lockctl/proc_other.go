@@ -26,3 +26,7 @@ func (c *child) signal(os.Signal) {}
 func exitCodeOf(ps *os.ProcessState) int { return ps.ExitCode() }
 
 func signalName(sig os.Signal) string { return sig.String() }
+
+// isTerminal reports false: without a way to tell, release --force asks
+// for --yes instead of a typed confirmation.
+func isTerminal(io.Reader) bool { return false }

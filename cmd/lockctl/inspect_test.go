@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestInspectAndForceRelease: on every server backend, inspect shows the
+// holder a lockctl run got (its token, and its fence where the backend
+// mints one); release --force asks for --force and, without a terminal,
+// --yes, then frees the key, so that the run's lock is lost (122); a
+// second one finds nothing to release.
+func TestInspectAndForceRelease(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s server, url string) {
+		dir := t.TempDir()
+		logPath, goPath := filepath.Join(dir, "log"), filepath.Join(dir, "go")
+		key := testKey(t)
+		env := testEnv(t, "LOCKER_URL="+url, "ID=a", "LOG="+logPath, "GO="+goPath)
+
+		r := runLockctl(t, env, "inspect", "--json", key)
+		wantCode(t, r, exitOK)
+		var free inspectOutput
+		if err := json.Unmarshal([]byte(r.stdout), &free); err != nil || free.Held {
+			t.Fatalf("inspect of a free key: %v, %+v\n%s", err, free, r.stdout)
+		}
+
+		// A short TTL, so that the holder whose lock is freed learns of
+		// it at its next refresh, a third of the TTL later.
+		a := start(t, env, "run", "--ttl", "3s", "--grace", "1s", key, "--", "sh", "-c", holdScript)
+		waitFor(t, 30*time.Second, "a enters", func() bool { return len(readLines(t, logPath)) == 1 })
+		vars := lockVars(t, readLines(t, logPath)[0])
+
+		r = runLockctl(t, env, "inspect", "--json", key)
+		wantCode(t, r, exitOK)
+		var held inspectOutput
+		if err := json.Unmarshal([]byte(r.stdout), &held); err != nil {
+			t.Fatalf("inspect --json: %v\n%s", err, r.stdout)
+		}
+		// ZooKeeper and etcd keep no token on the server: their holder
+		// is named by its node or entry (detail) and its fence.
+		if !held.Held || (held.Token != "" && held.Token != vars["token"]) || (held.Token == "" && len(held.Detail) == 0) {
+			t.Errorf("inspect of the held key: held %v, token %q, detail %v; the holder's token is %q", held.Held, held.Token, held.Detail, vars["token"])
+		}
+		if s.fencing && (held.Fence == nil || vars["fence"] == "" || strings.TrimSpace(vars["fence"]) != jsonNumber(*held.Fence)) {
+			t.Errorf("inspect's fence %v, the holder's LOCKER_FENCE %q", held.Fence, vars["fence"])
+		}
+		r = runLockctl(t, env, "inspect", key)
+		wantCode(t, r, exitOK)
+		if !regexp.MustCompile(`(?m)^held +yes$`).MatchString(r.stdout) || (held.Token != "" && !strings.Contains(r.stdout, held.Token)) {
+			t.Errorf("inspect's table does not show the holder:\n%s", r.stdout)
+		}
+
+		wantCode(t, runLockctl(t, env, "release", key), exitError, "release takes --force")
+		wantCode(t, runLockctl(t, env, "release", "--force", key), exitError, "add --yes")
+		r = runLockctl(t, env, "release", "--force", "--yes", "--json", key)
+		wantCode(t, r, exitOK)
+		var rel releaseOutput
+		if err := json.Unmarshal([]byte(r.stdout), &rel); err != nil || !rel.Released {
+			t.Fatalf("release --force: %v, %+v\n%s", err, rel, r.stdout)
+		}
+		if code := a.wait(t, time.Minute); code != exitLockLost {
+			t.Errorf("the run whose lock was freed by force: exit %d, want %d; stderr:\n%s", code, exitLockLost, a.stderr.String())
+		}
+		r = runLockctl(t, env, "release", "--force", "--yes", key)
+		wantCode(t, r, exitOK)
+		if !strings.Contains(r.stdout, "nothing to release") {
+			t.Errorf("release --force of a free key says:\n%s", r.stdout)
+		}
+		os.WriteFile(goPath, nil, 0o600)
+	})
+}
+
+func jsonNumber(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
