@@ -43,7 +43,20 @@ const (
 	fenceResets
 	// tryIgnoresHolder takes the key even when someone holds it.
 	tryIgnoresHolder
+	// waits is no flaw: the backend waits natively (waitingDriver),
+	// claiming FIFO.
+	waits
+	// lifoWaiters claims FIFO but hands a released key to the waiter
+	// that queued last.
+	lifoWaiters
+	// waiterMissesExpiry wakes a waiter when the key is released, never
+	// when the holder's lock expires: a waiter behind a crashed holder
+	// waits forever, although a new Acquire would get the key at once.
+	waiterMissesExpiry
 )
+
+// waiting reports whether the backend with flaw f waits natively.
+func (f flaw) waiting() bool { return f == waits || f == lifoWaiters || f == waiterMissesExpiry }
 
 type entry struct {
 	token   string
@@ -52,10 +65,41 @@ type entry struct {
 }
 
 type store struct {
-	flaw  flaw
-	mu    sync.Mutex
-	keys  map[string]*entry
-	fence uint64
+	flaw    flaw
+	mu      sync.Mutex
+	keys    map[string]*entry
+	fence   uint64
+	waiters map[string][]*waiter // in the order they queued
+}
+
+// A waiter is a blocked Acquire of a waitingDriver.
+type waiter struct {
+	wake   chan struct{} // buffered 1
+	queued bool          // in store.waiters; under store.mu
+}
+
+// wakeLocked wakes the waiter next in line for key, if any: the first to
+// queue, or the last with lifoWaiters.
+func (s *store) wakeLocked(key string) {
+	q := s.waiters[key]
+	if len(q) == 0 {
+		return
+	}
+	var w *waiter
+	if s.flaw == lifoWaiters {
+		w, s.waiters[key] = q[len(q)-1], q[:len(q)-1]
+	} else {
+		w, s.waiters[key] = q[0], q[1:]
+	}
+	w.queued = false
+	w.wake <- struct{}{}
+}
+
+func (s *store) dequeueLocked(key string, w *waiter) {
+	if w.queued {
+		s.waiters[key] = slices.DeleteFunc(s.waiters[key], func(x *waiter) bool { return x == w })
+		w.queued = false
+	}
 }
 
 // liveLocked returns key's entry if it is held and not expired.
@@ -191,26 +235,93 @@ func (h *held) Release(ctx context.Context) error {
 		return err
 	}
 	delete(s.keys, h.key)
+	s.wakeLocked(h.key)
 	return nil
 }
 
+// waitingDriver waits natively: a blocked Acquire queues on the key and
+// is woken by the release, or, unless the flaw is waiterMissesExpiry, once
+// the holder's lock expires.
+type waitingDriver struct{ *driver }
+
+func (d waitingDriver) Capabilities() backend.Capabilities {
+	c := d.driver.Capabilities()
+	c.FIFO, c.WakeOnRelease = true, true
+	return c
+}
+
+func (d waitingDriver) Acquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	s := d.s
+	w := &waiter{wake: make(chan struct{}, 1)}
+	defer func() {
+		s.mu.Lock()
+		s.dequeueLocked(req.Key, w)
+		s.mu.Unlock()
+	}()
+	for {
+		if d.cut.Load() {
+			return backend.Acquisition{}, errCut
+		}
+		s.mu.Lock()
+		e := s.liveLocked(req.Key)
+		if e == nil {
+			s.mu.Unlock()
+			start := time.Now() // the TTL starts at the grant, not at the call
+			acq, err := d.TryAcquire(ctx, req)
+			if errors.Is(err, backend.ErrNotAcquired) {
+				continue // taken in between: queue again
+			}
+			acq.Start = start
+			return acq, err
+		}
+		if !w.queued {
+			s.waiters[req.Key] = append(s.waiters[req.Key], w)
+			w.queued = true
+		}
+		var expiry <-chan time.Time
+		if s.flaw != waiterMissesExpiry && !e.expires.IsZero() {
+			timer := time.NewTimer(time.Until(e.expires))
+			defer timer.Stop()
+			expiry = timer.C
+		}
+		s.mu.Unlock()
+		select {
+		case <-w.wake:
+		case <-expiry:
+		case <-ctx.Done():
+			return backend.Acquisition{}, ctx.Err()
+		}
+	}
+}
+
 func harness(f flaw) conformance.Harness {
-	s := &store{flaw: f, keys: map[string]*entry{}}
+	s := &store{flaw: f, keys: map[string]*entry{}, waiters: map[string][]*waiter{}}
 	return conformance.Harness{
 		NewClient: func(context.Context) (conformance.Client, error) {
 			d := &driver{s: s}
-			return conformance.Client{Locker: locker.New(d, nil), Crash: func() { d.cut.Store(true) }}, nil
+			var bd backend.Driver = d
+			if f.waiting() {
+				bd = waitingDriver{d}
+			}
+			return conformance.Client{Locker: locker.New(bd, nil), Crash: func() { d.cut.Store(true) }}, nil
 		},
 		TTL: 100 * time.Millisecond,
 	}
 }
 
 // TestCorrectBackendPasses shows the reference backend the flaws are made
-// in is itself correct, so that each failure below is the flaw's doing. It
-// also runs the root package's polling wait, since this backend neither
-// waits natively nor notifies.
+// in is itself correct, so that each failure below is the flaw's doing:
+// as it is, which runs the root package's polling wait, since it neither
+// waits natively nor notifies, and waiting natively in FIFO order.
 func TestCorrectBackendPasses(t *testing.T) {
-	conformance.Run(t, harness(correct))
+	t.Run("polling", func(t *testing.T) {
+		t.Parallel()
+		conformance.Run(t, harness(correct))
+	})
+	t.Run("waiting", func(t *testing.T) {
+		t.Parallel()
+		conformance.Run(t, harness(waits))
+	})
 }
 
 func TestBrokenBackendsFail(t *testing.T) {
@@ -220,10 +331,12 @@ func TestBrokenBackendsFail(t *testing.T) {
 		caught []string // cases that must fail
 	}{
 		{"release without owner check", releaseWithoutOwnerCheck, []string{"stale-owner"}},
-		{"no expiry", noExpiry, []string{"stale-owner", "crashed-holder-expiry", "crash-during-acquire", "lost-on-expiry"}},
+		{"no expiry", noExpiry, []string{"stale-owner", "crashed-holder-expiry", "crashed-holder-handoff", "crash-during-acquire", "lost-on-expiry"}},
 		{"set then expire in two steps", setThenExpire, []string{"crash-during-acquire"}},
 		{"fences reset when the key is free", fenceResets, []string{"fencing", "mutual-exclusion-stress"}},
 		{"TryAcquire ignores the holder", tryIgnoresHolder, []string{"try-acquire-contended", "mutual-exclusion-stress"}},
+		{"claims FIFO but hands off last in, first out", lifoWaiters, []string{"fifo-order"}},
+		{"waiters are not woken by expiry", waiterMissesExpiry, []string{"crashed-holder-handoff"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/distlock/locker"
 )
@@ -166,7 +168,7 @@ func (t *T) ExpiryBound(ttl time.Duration) time.Duration {
 func (t *T) Acquire(l locker.Locker, key string, opts ...locker.Option) locker.Lock {
 	lk, err := l.Acquire(t.ctx, key, opts...)
 	if err != nil {
-		t.Fatalf("Acquire(%q): %v", key, err)
+		t.Fatalf("Acquire(%s): %v", keyText(key), err)
 	}
 	return lk
 }
@@ -176,7 +178,7 @@ func (t *T) Acquire(l locker.Locker, key string, opts ...locker.Option) locker.L
 func (t *T) TryAcquire(l locker.Locker, key string, opts ...locker.Option) locker.Lock {
 	lk, err := l.TryAcquire(t.ctx, key, opts...)
 	if err != nil {
-		t.Fatalf("TryAcquire(%q) on a free key: %v", key, err)
+		t.Fatalf("TryAcquire(%s) on a free key: %v", keyText(key), err)
 	}
 	return lk
 }
@@ -189,7 +191,7 @@ func (t *T) AcquireWithin(l locker.Locker, key string, d time.Duration, why stri
 	defer cancel()
 	lk, err := l.Acquire(ctx, key, locker.WithTTL(t.LongTTL()))
 	if err != nil {
-		t.Fatalf("%s: Acquire(%q) did not succeed within %v: %v", why, key, d, err)
+		t.Fatalf("%s: Acquire(%s) did not succeed within %v: %v", why, keyText(key), d, err)
 	}
 	return lk
 }
@@ -197,7 +199,7 @@ func (t *T) AcquireWithin(l locker.Locker, key string, d time.Duration, why stri
 // Release releases lk, or fails the case and ends the calling goroutine.
 func (t *T) Release(lk locker.Lock) {
 	if err := lk.Release(t.ctx); err != nil {
-		t.Fatalf("Release(%q): %v", lk.Key(), err)
+		t.Fatalf("Release(%s): %v", keyText(lk.Key()), err)
 	}
 }
 
@@ -208,10 +210,10 @@ func (t *T) WantNotAcquired(l locker.Locker, key, why string) {
 	lk, err := l.TryAcquire(t.ctx, key, locker.WithTTL(t.LongTTL()))
 	if err == nil {
 		lk.Release(t.ctx)
-		t.Fatalf("%s: TryAcquire(%q) succeeded while another client holds the key", why, key)
+		t.Fatalf("%s: TryAcquire(%s) succeeded while another client holds the key", why, keyText(key))
 	}
 	if !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("%s: TryAcquire(%q) = %v, want ErrNotAcquired", why, key, err)
+		t.Fatalf("%s: TryAcquire(%s) = %v, want ErrNotAcquired", why, keyText(key), err)
 	}
 }
 
@@ -236,4 +238,19 @@ func (t *T) ClosedWithin(ch <-chan struct{}, d time.Duration) bool {
 	case <-t.ctx.Done():
 		return false
 	}
+}
+
+// keyText quotes key for a message, cut short when it is long: a key of
+// a thousand bytes would bury what the message says. It shows the first
+// 40 bytes (fewer if a character would be split) and the length.
+func keyText(key string) string {
+	const show = 40
+	if len(key) <= 2*show {
+		return strconv.Quote(key)
+	}
+	n := show
+	for n > 0 && !utf8.RuneStart(key[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", strconv.Quote(key[:n]), len(key))
 }

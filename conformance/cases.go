@@ -17,17 +17,19 @@ var cases = []Case{
 	{"acquire-release", "Acquire takes a free key; the lock reports its key, a token and a positive TTL; Release frees the key and closes Lost", caseAcquireRelease},
 	{"try-acquire-contended", "TryAcquire on a held key fails at once with ErrNotAcquired, and succeeds once the holder releases", caseTryContended},
 	{"release-wakes-waiter", "A blocked Acquire is woken by the holder's Release, not by the TTL running out", caseReleaseWakesWaiter},
+	{"fifo-order", "Where Capabilities.FIFO is true, blocked Acquire calls get the key in the order they queued", caseFIFO},
 	{"waiter-gets-full-ttl", "A lock granted after a long wait is valid for its whole TTL from the grant, not from the start of the wait", caseWaiterFullTTL},
 	{"double-release", "A second Release returns ErrNotHeld, as do Refresh and TTL after Release", caseDoubleRelease},
 	{"stale-owner", "After A's lock expires and B acquires the key, A's Release, Refresh and TTL return ErrNotHeld and B still holds the key", caseStaleOwner},
 	{"auto-refresh", "With auto-refresh on, a lock outlives several TTLs while its holder lives, and Lost stays open", caseAutoRefresh},
 	{"crashed-holder-expiry", "A holder cut off without releasing (auto-refresh on) stops blocking others within TTL + ExpirySlack, and its own Lost closes", caseCrashedHolder},
+	{"crashed-holder-handoff", "An Acquire waiting when the holder is cut off gets the key within TTL + ExpirySlack of the cut, and the cut-off holder's Lost closes", caseCrashedHolderHandoff},
 	{"crash-during-acquire", "A client cut off at any moment during Acquire leaves no lock that outlives its TTL", caseCrashDuringAcquire},
 	{"refresh-extends", "Refresh with a longer TTL keeps the lock past its original TTL", caseRefreshExtends},
 	{"ttl-reports-validity", "TTL reports the remaining validity: positive, at most the TTL, not growing without a refresh", caseTTLReports},
 	{"cancelled-acquire", "An Acquire whose context ends returns promptly with the context's error and leaves nothing that blocks the next acquirer", caseCancelledAcquire},
 	{"independent-keys", "Locks on different keys do not interfere, including keys that are prefixes of each other", caseIndependentKeys},
-	{"odd-keys", "Any key works (unicode, '/', spaces, '..', '*', the maximum length) and distinct keys never collide", caseOddKeys},
+	{"odd-keys", "Any key works (unicode, '/', spaces, '..', '*', the maximum length less the Locker's prefix) and distinct keys never collide", caseOddKeys},
 	{"closed-locker", "After Close, Acquire and TryAcquire return ErrClosed, and the locks the Locker held are released", caseClosedLocker},
 	{"close-ends-acquire", "Close ends an Acquire waiting on a held key promptly with ErrClosed, and the waiter leaves nothing that blocks the next acquirer", caseCloseEndsAcquire},
 	{"invalid-input", "Empty and over-long keys fail with ErrInvalidKey; zero, negative and out-of-range TTLs fail with ErrInvalidTTL", caseInvalidInput},
@@ -51,7 +53,7 @@ func caseAcquireRelease(t *T) {
 	key := t.Key("k")
 	lk := t.Acquire(l, key, locker.WithTTL(t.LongTTL()))
 	if lk.Key() != key {
-		t.Errorf("Key() = %q, want %q", lk.Key(), key)
+		t.Errorf("Key() = %s, want %s", keyText(lk.Key()), keyText(key))
 	}
 	if lk.Token() == "" {
 		t.Errorf("Token() is empty")
@@ -245,7 +247,7 @@ func caseCrashDuringAcquire(t *T) {
 			defer cancel()
 			lk, err := obs.Acquire(ctx, a.key)
 			if err != nil {
-				t.Errorf("key %q still blocked %v after its acquiring client was cut off (TTL %v): %v", a.key, t.ExpiryBound(t.TTL()), t.TTL(), err)
+				t.Errorf("key %s still blocked %v after its acquiring client was cut off (TTL %v): %v", keyText(a.key), t.ExpiryBound(t.TTL()), t.TTL(), err)
 				return
 			}
 			lk.Release(t.Context())
@@ -262,9 +264,15 @@ type crashedAcquire struct {
 }
 
 // run starts the Acquire on c, crashes c offset later (or once the
-// Acquire returned, if sooner), and checks that the Acquire returns.
+// Acquire returned, if sooner), and checks that the Acquire returns
+// within LongTTL of the crash. A cut-off client may fail at once, or go
+// on trying to reach its servers (a Sentinel client looks for the
+// master) until its context ends; that is an expiry bound after the
+// crash, which leaves time for a cleanup after it (closeBound) and for
+// the client library's own retries.
 func (a *crashedAcquire) run(t *T, c Client, offset time.Duration) {
-	ctx, cancel := context.WithTimeout(t.Context(), t.LongTTL())
+	limit := offset + t.ExpiryBound(t.TTL())
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
@@ -279,10 +287,13 @@ func (a *crashedAcquire) run(t *T, c Client, offset time.Duration) {
 	}
 	c.Crash()
 	a.crashed = time.Now()
+	bound := max(t.LongTTL(), limit+closeBound)
+	wait := time.NewTimer(time.Until(a.crashed.Add(bound)))
+	defer wait.Stop()
 	select {
 	case <-done:
-	case <-ctx.Done():
-		t.Errorf("Acquire did not return within %v of its client being cut off", t.LongTTL())
+	case <-wait.C:
+		t.Errorf("Acquire did not return within %v of its client being cut off, although its context ended about %v after the cut", bound, t.ExpiryBound(t.TTL()))
 	}
 }
 
@@ -446,19 +457,53 @@ func oddKeys(base string, maxLen int) []string {
 	return keys
 }
 
+// longestKey returns the length of the longest key l accepts: the
+// backend's Capabilities().MaxKeyLen less what the Locker adds to every
+// key (the prefix parameter of a URL, Config.Prefix). The Locker's own
+// check says, asked with a context already cancelled so that nothing is
+// taken: a key too long fails with ErrInvalidKey, one that is not with
+// the context's error.
+func longestKey(t *T, l locker.Locker) int {
+	dead, cancel := context.WithCancel(t.Context())
+	cancel()
+	base := t.Key("longest/")
+	accepts := func(n int) bool {
+		lk, err := l.TryAcquire(dead, base+strings.Repeat("m", n-len(base)))
+		if err == nil {
+			// Taken on a cancelled context: cancelled-acquire reports it.
+			lk.Release(t.Context())
+		}
+		return !errors.Is(err, locker.ErrInvalidKey)
+	}
+	lo, hi := len(base), t.Capabilities().MaxKeyLen
+	if hi <= lo || accepts(hi) {
+		return hi
+	}
+	// accepts(lo) is taken for granted: a key that short must work.
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if accepts(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
 func caseOddKeys(t *T) {
 	a, b := t.Locker(), t.Locker()
-	keys := oddKeys(t.Key("k"), t.Capabilities().MaxKeyLen)
+	keys := oddKeys(t.Key("k"), longestKey(t, a))
 	// Hold them all at once: no two may collide.
 	var held []locker.Lock
 	for _, k := range keys {
 		lk, err := a.TryAcquire(t.Context(), k, locker.WithTTL(t.LongTTL()))
 		if err != nil {
-			t.Errorf("TryAcquire(%q) while holding %d other odd keys: %v", k, len(held), err)
+			t.Errorf("TryAcquire(%s) while holding %d other odd keys: %v", keyText(k), len(held), err)
 			continue
 		}
 		if lk.Key() != k {
-			t.Errorf("Key() = %q, want %q", lk.Key(), k)
+			t.Errorf("Key() = %s, want %s", keyText(lk.Key()), keyText(k))
 		}
 		held = append(held, lk)
 	}
@@ -625,7 +670,7 @@ func caseDoCancelsOnLoss(t *T) {
 	err := locker.Do(t.Context(), l, key, func(ctx context.Context, lk locker.Lock) error {
 		ran = true
 		if lk.Key() != key {
-			t.Errorf("Do passed a lock on %q, want %q", lk.Key(), key)
+			t.Errorf("Do passed a lock on %s, want %s", keyText(lk.Key()), keyText(key))
 		}
 		return sentinel
 	})

@@ -1,6 +1,7 @@
 // Package conformance checks that a lock backend, or a live deployment of
 // one, keeps the locker contract: mutual exclusion, auto-expiry of crashed
-// holders, safe release, fencing, and the lost-lock signal.
+// holders (also for a client already waiting), safe release, fencing, FIFO
+// hand-off where the backend claims it, and the lost-lock signal.
 //
 // In a test, run the suite against a harness that makes independent
 // clients:
@@ -95,40 +96,6 @@ type Harness struct {
 
 // DefaultSlack is the default Harness.Slack.
 const DefaultSlack = 500 * time.Millisecond
-
-// URLHarness returns a Harness whose clients open rawURL through
-// locker.Open, each behind its own loopback proxies (one per host in the
-// URL), so that Crash can cut one client off without touching the servers
-// or the other clients. The backend's package must be imported. A URL
-// without hosts (memory://) has nothing to cut: its clients cannot crash,
-// and the cases that need a crash are skipped.
-func URLHarness(rawURL string) Harness {
-	return Harness{NewClient: func(ctx context.Context) (Client, error) {
-		u, proxies, err := ProxyURL(rawURL)
-		if err != nil {
-			return Client{}, err
-		}
-		closeAll := func() {
-			for _, p := range proxies {
-				p.Close()
-			}
-		}
-		l, err := locker.Open(ctx, u)
-		if err != nil {
-			closeAll()
-			return Client{}, err
-		}
-		c := Client{Locker: l, Cleanup: closeAll}
-		if len(proxies) > 0 {
-			c.Crash = func() {
-				for _, p := range proxies {
-					p.Cut()
-				}
-			}
-		}
-		return c, nil
-	}}
-}
 
 // Status is the outcome of one case.
 type Status string

@@ -11,8 +11,8 @@ import (
 )
 
 // Check runs the suite outside go test (lockctl check does) and returns a
-// report; a URL without hosts, such as the embedded memory://, cannot be
-// cut off, so the cases that crash a client are skipped.
+// report. On the embedded memory:// the clients share the named store,
+// and the cases that crash a client crash it as memory.Client.Crash does.
 func ExampleCheck() {
 	report, err := conformance.Check(context.Background(), conformance.URLHarness("memory://check-example"))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/distlock/locker"
 )
 
 // Proxy is a loopback TCP proxy in front of one server address. Putting one
@@ -54,37 +56,97 @@ func NewProxy(target string) (*Proxy, error) {
 // ProxyURL starts a Proxy for every host of the locker URL rawURL
 // (redlock://h1:p1,h2:p2,... has several) and returns rawURL with each host
 // replaced by its proxy's address, and the proxies in the order of the
-// hosts. The caller closes the proxies. A memory:// URL is returned as it
-// is, with no proxy: its host part names an in-process store, not a
-// server.
+// hosts. It reads the hosts as locker.Open does: a comma-separated list,
+// each host[:port], IPv6 addresses in brackets; a host without a port
+// gets the usual port of the backends of this module (6379 for redis://,
+// rediss://, redlock:// and redlocks://, 26379 for redis+sentinel:// and
+// rediss+sentinel://, 2181 for zookeeper:// and zk://, 2379 for etcd://
+// and etcds://), and is an error for other schemes. The caller closes the
+// proxies. A memory:// URL is returned as it is, with no proxy: its host
+// part names an in-process store, not a server.
+//
+// Only the connections to the hosts of the URL go through the proxies:
+// a client that learns of other servers from them (Redis Cluster nodes, a
+// Sentinel's master) reaches those directly. And a TLS client checks the
+// server's certificate against the proxy's address, 127.0.0.1. URLHarness
+// has neither limit with the backends of this module.
 func ProxyURL(rawURL string) (string, []*Proxy, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "", nil, fmt.Errorf("conformance: malformed URL: %w", err)
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok || scheme == "" {
+		return "", nil, fmt.Errorf("conformance: malformed URL %q: want scheme://host[:port][,host[:port]...]", locker.Redact(rawURL))
 	}
-	if strings.EqualFold(u.Scheme, "memory") {
+	scheme = strings.ToLower(scheme)
+	if scheme == "memory" {
 		return rawURL, nil, nil
+	}
+	// The authority ends at the path, query or fragment; its user part
+	// ends at the last '@', as in locker.Open.
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	userinfo, hosts, tail := "", rest[:end], rest[end:]
+	if i := strings.LastIndex(hosts, "@"); i >= 0 {
+		userinfo, hosts = hosts[:i+1], hosts[i+1:]
 	}
 	var (
 		proxies []*Proxy
 		addrs   []string
 	)
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			continue
+	closeAll := func() {
+		for _, p := range proxies {
+			p.Close()
 		}
-		p, err := NewProxy(h)
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			continue // locker.Open names the empty host
+		}
+		target, err := hostPort(scheme, h)
 		if err != nil {
-			for _, p := range proxies {
-				p.Close()
-			}
+			closeAll()
+			return "", nil, fmt.Errorf("conformance: URL %q: %w", locker.Redact(rawURL), err)
+		}
+		p, err := NewProxy(target)
+		if err != nil {
+			closeAll()
 			return "", nil, err
 		}
 		proxies = append(proxies, p)
 		addrs = append(addrs, p.Addr())
 	}
-	u.Host = strings.Join(addrs, ",")
-	return u.String(), proxies, nil
+	return scheme + "://" + userinfo + strings.Join(addrs, ",") + tail, proxies, nil
+}
+
+// defaultPorts are the ports the backends of this module give a host
+// without one.
+var defaultPorts = map[string]string{
+	"redis": "6379", "rediss": "6379", "redlock": "6379", "redlocks": "6379",
+	"redis+sentinel": "26379", "rediss+sentinel": "26379",
+	"zookeeper": "2181", "zk": "2181",
+	"etcd": "2379", "etcds": "2379",
+}
+
+// hostPort returns h, a host of a URL of scheme, as host:port.
+func hostPort(scheme, h string) (string, error) {
+	if hu, err := url.Parse("//" + h); err != nil || hu.Host != h {
+		return "", fmt.Errorf("host %q is not host[:port]", h)
+	}
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		if !strings.Contains(err.Error(), "missing port") {
+			return "", fmt.Errorf("host %q: %w", h, err)
+		}
+		var ok bool
+		if port, ok = defaultPorts[scheme]; !ok {
+			return "", fmt.Errorf("host %q has no port, and %s:// has no default port known here: give one", h, scheme)
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	}
+	if host == "" || port == "" {
+		return "", fmt.Errorf("host %q: want host[:port]", h)
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // Addr returns the proxy's address, host:port.

@@ -3,6 +3,8 @@ package conformance
 import (
 	"io"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -228,5 +230,67 @@ func TestProxyURL(t *testing.T) {
 	}
 	if _, _, err := ProxyURL("::"); err == nil {
 		t.Error("ProxyURL accepted a malformed URL")
+	}
+}
+
+// TestProxyURLHosts checks that ProxyURL reads hosts as locker.Open
+// does: lists url.Parse refuses (a host without a port beside one with,
+// IPv6 addresses), a user part, and the usual port of each scheme for a
+// host that names none.
+func TestProxyURLHosts(t *testing.T) {
+	tests := []struct {
+		raw     string
+		targets []string
+		rest    string // what follows the hosts, kept as it is
+	}{
+		{"zookeeper://h1,h2:2182/chroot/x", []string{"h1:2181", "h2:2182"}, "/chroot/x"},
+		{"zk://127.0.0.2", []string{"127.0.0.2:2181"}, ""},
+		{"redis://user:p%40ss@h1:7000,h2/0?client=redigo", []string{"h1:7000", "h2:6379"}, "/0?client=redigo"},
+		{"rediss+sentinel://s1,s2:5000/mymaster?sentinel_password=x", []string{"s1:26379", "s2:5000"}, "/mymaster?sentinel_password=x"},
+		{"redlock://[::1]:7001,[::1],[::1]:7003", []string{"[::1]:7001", "[::1]:6379", "[::1]:7003"}, ""},
+		{"etcds://e1,e2,e3?cacert=/ca.pem", []string{"e1:2379", "e2:2379", "e3:2379"}, "?cacert=/ca.pem"},
+		{"ETCD://e1#frag", []string{"e1:2379"}, "#frag"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			got, proxies, err := ProxyURL(tt.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, p := range proxies {
+					p.Close()
+				}
+			}()
+			var targets, addrs []string
+			for _, p := range proxies {
+				targets = append(targets, p.Target())
+				addrs = append(addrs, p.Addr())
+			}
+			if !slices.Equal(targets, tt.targets) {
+				t.Errorf("proxies to %v, want %v", targets, tt.targets)
+			}
+			scheme, _, _ := strings.Cut(tt.raw, "://")
+			user := ""
+			if strings.Contains(tt.raw, "@") {
+				user = "user:p%40ss@"
+			}
+			if want := strings.ToLower(scheme) + "://" + user + strings.Join(addrs, ",") + tt.rest; got != want {
+				t.Errorf("ProxyURL = %q, want %q", got, want)
+			}
+		})
+	}
+	for _, bad := range []struct{ raw, want string }{
+		{"custom://h1", `host "h1" has no port, and custom:// has no default port known here`},
+		{"redis://h1:6379,::1", `host "::1"`},
+		{"redis://h1:x", `host "h1:x" is not host[:port]`},
+		{"no-scheme", "malformed URL"},
+	} {
+		if _, _, err := ProxyURL(bad.raw); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ProxyURL(%q) = %v, want an error saying %q", bad.raw, err, bad.want)
+		}
+	}
+	if got, proxies, err := ProxyURL("memory://name?prefix=p"); err != nil || got != "memory://name?prefix=p" || len(proxies) != 0 {
+		t.Errorf("ProxyURL(memory://name) = %q, %d proxies, %v; want it as it is, with none", got, len(proxies), err)
 	}
 }

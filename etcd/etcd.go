@@ -12,8 +12,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/openhook"
 	"github.com/distlock/locker/internal/tlsfiles"
 )
 
@@ -126,8 +128,20 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	} else if caFile != "" || certFile != "" || keyFile != "" {
 		return nil, errors.New("etcd: parameters cacert, cert and key need the etcds:// scheme")
 	}
+	// conformance.URLHarness routes every connection through its proxies;
+	// otherwise gRPC dials as it does by default.
+	var grpcOpts []grpc.DialOption
+	dial := openhook.Dial(ctx)
+	if dial != nil {
+		grpcOpts = append(grpcOpts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, "tcp", addr)
+		}))
+	} else {
+		var d net.Dialer
+		dial = d.DialContext
+	}
 	if tlsConf != nil {
-		if err := checkTLS(ctx, hosts, tlsConf, dialTimeout); err != nil {
+		if err := checkTLS(ctx, dial, hosts, tlsConf, dialTimeout); err != nil {
 			return nil, err
 		}
 	}
@@ -138,6 +152,7 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		DialKeepAliveTimeout: 5 * time.Second,
 		TLS:                  tlsConf,
 		Logger:               zap.NewNop(),
+		DialOptions:          grpcOpts,
 	}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
@@ -171,13 +186,12 @@ func tlsConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 // wrong rather than with "unreachable" once the dial timeout has passed
 // (gRPC retries a failed handshake like a refused connection). Hosts that
 // refuse connections are left to the client, which reports them.
-func checkTLS(ctx context.Context, hosts []string, conf *tls.Config, timeout time.Duration) error {
+func checkTLS(ctx context.Context, dial openhook.DialFunc, hosts []string, conf *tls.Config, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var first error
 	for _, h := range hosts {
-		var d net.Dialer
-		raw, err := d.DialContext(ctx, "tcp", h)
+		raw, err := dial(ctx, "tcp", h)
 		if err != nil {
 			continue
 		}
@@ -192,7 +206,7 @@ func checkTLS(ctx context.Context, hosts []string, conf *tls.Config, timeout tim
 			return nil
 		}
 		var rh tls.RecordHeaderError
-		if (errors.Is(err, io.EOF) || errors.As(err, &rh)) && speaksHTTP(ctx, h) {
+		if (errors.Is(err, io.EOF) || errors.As(err, &rh)) && speaksHTTP(ctx, dial, h) {
 			err = fmt.Errorf("etcd: %s answers in plain text, not TLS (use etcd:// for a server without TLS)", h)
 		} else {
 			err = fmt.Errorf("etcd: TLS handshake with %s failed: %w", h, err)
@@ -204,13 +218,12 @@ func checkTLS(ctx context.Context, hosts []string, conf *tls.Config, timeout tim
 	return first
 }
 
-// speaksHTTP reports whether host answers an HTTP request sent in plain
-// text, as an etcd server without TLS does.
-func speaksHTTP(ctx context.Context, host string) bool {
+// speaksHTTP reports whether host, reached with dial, answers an HTTP
+// request sent in plain text, as an etcd server without TLS does.
+func speaksHTTP(ctx context.Context, dial openhook.DialFunc, host string) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", host)
+	c, err := dial(ctx, "tcp", host)
 	if err != nil {
 		return false
 	}

@@ -46,6 +46,7 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/internal/memstore"
+	"github.com/distlock/locker/internal/openhook"
 )
 
 func init() {
@@ -57,7 +58,7 @@ var (
 	stores   = map[string]*Store{}
 )
 
-func open(_ context.Context, u *locker.URL) (locker.Locker, error) {
+func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
@@ -71,7 +72,11 @@ func open(_ context.Context, u *locker.URL) (locker.Locker, error) {
 		stores[u.Host] = s
 	}
 	storesMu.Unlock()
-	return New(&Options{Store: s, Config: u.Config}), nil
+	c := NewClient(&Options{Store: s, Config: u.Config})
+	// conformance.URLHarness crashes the client as Client.Crash does:
+	// there is no connection to cut.
+	openhook.SetCrash(ctx, c.Crash)
+	return c.Locker, nil
 }
 
 // Store is a set of locks shared by the Lockers opened on it.

@@ -31,15 +31,12 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, harness())
 }
 
+// TestConformanceURL runs the suite through Open, as lockctl check does:
+// the clients share the named store, and crash as Client.Crash does.
 func TestConformanceURL(t *testing.T) {
-	// Through Open, as an application would; no crash support.
-	conformance.Run(t, conformance.Harness{
-		NewClient: func(ctx context.Context) (conformance.Client, error) {
-			l, err := locker.Open(ctx, "memory://conformance-url")
-			return conformance.Client{Locker: l}, err
-		},
-		TTL: 100 * time.Millisecond,
-	})
+	h := conformance.URLHarness("memory://conformance-url?prefix=app/")
+	h.TTL = 100 * time.Millisecond
+	conformance.Run(t, h)
 }
 
 func TestMain(m *testing.M) {

@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/openhook"
 	"github.com/distlock/locker/internal/redisconn"
 )
 
@@ -100,6 +101,7 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
+	co.Dial = openhook.Dial(ctx)
 	if co.Sentinel == nil && len(hosts) > 1 && co.DB != 0 {
 		return nil, fmt.Errorf("redis: Redis Cluster has no databases, but the URL selects %d", co.DB)
 	}

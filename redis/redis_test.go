@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,54 +37,154 @@ func TestConformanceRedigo(t *testing.T) {
 }
 
 // TestConformanceCluster runs the suite against a three-master Redis
-// Cluster. Each client reaches every node through its own proxy: go-redis
-// learns node addresses from the cluster itself, so its dialer maps each
-// node's address to that client's proxy for it, and Crash can cut the
-// client off from the whole cluster.
+// Cluster. The harness proxies every node the client learns of from the
+// cluster, so Crash cuts a client off from the whole cluster.
 func TestConformanceCluster(t *testing.T) {
-	nodes := strings.Split(hostOf(t, testenv.Get(t, testenv.RedisClusterURL)), ",")
-	conformance.Run(t, conformance.Harness{NewClient: func(ctx context.Context) (conformance.Client, error) {
-		proxies := map[string]*conformance.Proxy{}
-		closeAll := func() {
-			for _, p := range proxies {
-				p.Close()
-			}
-		}
-		for _, n := range nodes {
-			p, err := conformance.NewProxy(n)
+	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisClusterURL)))
+}
+
+// TestConformanceSentinel runs the suite against the master a Sentinel
+// group names: the harness proxies the Sentinels and the master they
+// name.
+func TestConformanceSentinel(t *testing.T) {
+	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisSentinelURL)))
+}
+
+// TestConformanceTLS runs the suite over TLS with client certificates.
+func TestConformanceTLS(t *testing.T) {
+	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisTLSURL)))
+}
+
+// TestURLHarnessTLSName checks that harness clients verify a server's
+// certificate against the server's name in the URL, not against the
+// address of the proxy they reach it through: the private server's
+// certificate names localhost and not 127.0.0.1, where every proxy
+// listens. Proxies put in the URL (ProxyURL) fail that check.
+func TestURLHarnessTLSName(t *testing.T) {
+	ctx := context.Background()
+	p := testenv.NewPKI(t, "localhost")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	testenv.StartRedis(t, "--tls-port", port, "--tls-cert-file", p.ServerCert, "--tls-key-file", p.ServerKey,
+		"--tls-ca-cert-file", p.CA, "--tls-auth-clients", "no")
+	raw := "rediss://localhost:" + port + "?cacert=" + p.CA
+	for _, client := range []string{"goredis", "redigo"} {
+		t.Run(client, func(t *testing.T) {
+			c, err := conformance.URLHarness(raw + "&client=" + client).NewClient(ctx)
 			if err != nil {
-				closeAll()
-				return conformance.Client{}, err
+				t.Fatalf("a harness client of %s: %v", raw, err)
 			}
-			proxies[n] = p
-		}
-		var d net.Dialer
-		c := goredis.NewClusterClient(&goredis.ClusterOptions{
-			Addrs: nodes,
-			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				p, ok := proxies[addr]
-				if !ok {
-					return nil, fmt.Errorf("no proxy for cluster node %s", addr)
-				}
-				return d.DialContext(ctx, network, p.Addr())
-			},
+			defer c.Cleanup()
+			defer c.Locker.Close()
+			lk, err := c.Locker.TryAcquire(ctx, "tls-name")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lk.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			c.Crash()
+			if lk, err := c.Locker.TryAcquire(ctx, "tls-name"); err == nil {
+				lk.Release(ctx)
+				t.Error("TryAcquire after the crash succeeded: the client still reaches the server")
+			}
 		})
-		l, err := redis.New(c, nil)
-		if err != nil {
-			c.Close()
-			closeAll()
-			return conformance.Client{}, err
+	}
+	pu, proxies, err := conformance.ProxyURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, p := range proxies {
+			p.Close()
 		}
-		return conformance.Client{
-			Locker: l,
-			Crash: func() {
-				for _, p := range proxies {
-					p.Cut()
-				}
-			},
-			Cleanup: func() { c.Close(); closeAll() },
-		}, nil
-	}})
+	}()
+	if l, err := locker.Open(ctx, pu); err == nil {
+		l.Close()
+		t.Errorf("Open(%s) through a proxy at 127.0.0.1 succeeded, though the certificate names only localhost", pu)
+	} else if !strings.Contains(err.Error(), "127.0.0.1") || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("Open(%s) = %v, want a certificate error naming 127.0.0.1", pu, err)
+	}
+}
+
+// TestURLHarnessCutsEveryServer checks that a crashed harness client
+// reaches no server, not even those it learnt of from others: each node
+// of a Cluster (from CLUSTER SLOTS and redirects) and the master a
+// Sentinel names. A client that still reached one would take the free
+// key there instead of failing to connect.
+func TestURLHarnessCutsEveryServer(t *testing.T) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("cut-every-server/%d/", time.Now().UnixNano())
+	t.Run("cluster", func(t *testing.T) {
+		raw := testenv.Get(t, testenv.RedisClusterURL)
+		// One key on each master.
+		cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(hostOf(t, raw), ",")})
+		defer cc.Close()
+		byNode := map[string]string{}
+		for i := 0; len(byNode) < 3; i++ {
+			k := prefix + strconv.Itoa(i)
+			m, err := cc.MasterForKey(ctx, redis.LockKey(k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			byNode[m.Options().Addr] = k
+		}
+		wantCutOff(t, raw, slices.Collect(maps.Values(byNode)))
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		wantCutOff(t, testenv.Get(t, testenv.RedisSentinelURL), []string{prefix + "sentinel"})
+	})
+}
+
+// wantCutOff has a client of conformance.URLHarness(raw) take and release
+// keys (so that it is connected to the servers of each), crash, and checks
+// that it reaches none of those servers. Nothing is held at the crash, so
+// that closing the client takes no release timeout.
+func wantCutOff(t *testing.T, raw string, keys []string) {
+	t.Helper()
+	// go-redis probes a pool whose dials kept failing once a second, and
+	// the probe outlives the client by up to a second: wait it out.
+	before := goleak.IgnoreCurrent()
+	defer testenv.WaitFor(t, 5*time.Second, "the client's goroutines to end", func() bool { return goleak.Find(before) == nil })
+	ctx := context.Background()
+	c, err := conformance.URLHarness(raw).NewClient(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cleanup()
+	defer c.Locker.Close()
+	if c.Crash == nil {
+		t.Fatal("the harness cannot crash a client")
+	}
+	for _, k := range keys {
+		lk, err := c.Locker.TryAcquire(ctx, k, locker.WithTTL(time.Second))
+		if err != nil {
+			t.Fatalf("TryAcquire(%q) before the crash: %v", k, err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatalf("Release(%q) before the crash: %v", k, err)
+		}
+	}
+	c.Crash()
+	// In parallel: a cut-off go-redis client takes seconds to give up
+	// (dial retries, command retries, the cleanup of a lost reply).
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			lk, err := c.Locker.TryAcquire(cctx, k, locker.WithTTL(time.Second))
+			if err == nil {
+				lk.Release(ctx)
+				t.Errorf("TryAcquire(%q) after the crash succeeded: the client still reaches the server of that key", k)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func hostOf(t testing.TB, raw string) string {

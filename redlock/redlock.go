@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/openhook"
 	"github.com/distlock/locker/internal/redisconn"
 )
 
@@ -194,6 +195,7 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
+	co.Dial = openhook.Dial(ctx)
 	if _, err := o.settings(); err != nil {
 		return nil, err
 	}

@@ -34,6 +34,12 @@ type ClientOptions struct {
 	// Cluster makes a single host the seed of a Redis Cluster client
 	// (go-redis only); several hosts always are.
 	Cluster bool
+	// Dial, when set, makes every TCP connection of the client, to the
+	// address the client would have dialled; TLS, when on, runs over the
+	// connection it returns and verifies the name in that address. Nil:
+	// the client library's own dialer. (conformance.URLHarness sets it,
+	// through package openhook, to reach each server through a proxy.)
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// FailFast makes a go-redis client dial once per connection and send
 	// each command once. By default go-redis dials up to 5 times, 100 ms
 	// apart, and sends a command up to 4 times: a server that refuses
@@ -62,14 +68,16 @@ func (o ClientOptions) tlsConfig() *tls.Config {
 }
 
 // dialer returns the dial function of o's connections: DialTLS with its
-// TLS configuration, or nil (the client library's own) for plain text.
+// TLS configuration over o.Dial, or o.Dial for plain text (nil: the client
+// library's own).
 func (o ClientOptions) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
 	conf := o.tlsConfig()
 	if conf == nil {
-		return nil
+		return o.Dial
 	}
+	raw := o.Dial
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return DialTLS(ctx, network, addr, conf)
+		return DialTLS(ctx, raw, network, addr, conf)
 	}
 }
 
@@ -228,16 +236,20 @@ func (o ClientOptions) redigoOptions(dialer func(ctx context.Context, network, a
 // it speaks plain text.
 var plainHint = 250 * time.Millisecond
 
-// DialTLS connects to addr and completes a TLS handshake, verifying the
-// server's name (the host of addr unless conf names another). A
+// DialTLS connects to addr with dial (nil: a net.Dialer) and completes a
+// TLS handshake, verifying the server's name (the host of addr unless conf
+// names another). A
 // plain-text Redis server never answers a TLS hello: it waits for a line
 // that the hello does not end. So when the handshake has not completed
 // within plainHint, DialTLS sends a PING in the clear on another
 // connection (no credentials, nothing else), and a Redis reply there fails
 // the handshake at once with an error that says so, instead of a timeout.
-func DialTLS(ctx context.Context, network, addr string, conf *tls.Config) (net.Conn, error) {
-	var d net.Dialer
-	raw, err := d.DialContext(ctx, network, addr)
+func DialTLS(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), network, addr string, conf *tls.Config) (net.Conn, error) {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	raw, err := dial(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +271,7 @@ func DialTLS(ctx context.Context, network, addr string, conf *tls.Config) (net.C
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hint := time.AfterFunc(plainHint, func() {
-		if speaksPlainText(hctx, network, addr) {
+		if speaksPlainText(hctx, dial, network, addr) {
 			cancel(errPlainText)
 		}
 	})
@@ -315,13 +327,13 @@ func tlsMisconfigured(err error) bool {
 
 var errPlainText = fmt.Errorf("the server answers in plain text, not TLS (use redis:// for a server without TLS)")
 
-// speaksPlainText reports whether the server at addr answers a PING sent
-// in the clear with a Redis reply (+PONG, or an error such as NOAUTH).
-func speaksPlainText(ctx context.Context, network, addr string) bool {
+// speaksPlainText reports whether the server at addr, reached with dial,
+// answers a PING sent in the clear with a Redis reply (+PONG, or an error
+// such as NOAUTH).
+func speaksPlainText(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), network, addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, addr)
+	c, err := dial(ctx, network, addr)
 	if err != nil {
 		return false
 	}
