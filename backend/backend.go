@@ -15,6 +15,8 @@
 // [BatchRefresher] lets the watchdog refresh many locks in one round trip;
 // a Held that implements [Expirer] is told when its TTL ran out; one that
 // implements [Bounded] caps its lock's validity by its lease or session.
+// A driver that implements [Inspector] tells who holds a key and releases
+// it by force, for operators (locker.Inspect, locker.ForceRelease).
 //
 // A driver is used through package locker, never directly by applications:
 // locker.New(driver, config) returns the [locker.Locker].
@@ -35,7 +37,10 @@
 //     refreshed in one round trip, [Expirer] when the server would keep a
 //     lock past its TTL (a shared lease or session), [Bounded] when a
 //     lease or session bounds the lock, [Drifter] for another clock-drift
-//     allowance than [DefaultDrift]. Fill in [Capabilities] honestly: the
+//     allowance than [DefaultDrift], [Inspector] so that operators can see
+//     and break a key's lock (internal/inspecttest has its shared tests),
+//     locker.RegisterDiagnoser for lockctl doctor's checks of a
+//     deployment. Fill in [Capabilities] honestly: the
 //     conformance suite skips what a backend does not claim, and checks
 //     what it does.
 //   - Register URL schemes in init with locker.Register; read the URL

@@ -1,0 +1,366 @@
+package zookeeper
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distlock/locker"
+)
+
+func init() {
+	locker.RegisterDiagnoser("zookeeper", diagnose)
+	locker.RegisterDiagnoser("zk", diagnose)
+}
+
+// pingSamples is how many pings measure a server's round trip.
+const pingSamples = 5
+
+// diagnose is the locker.Diagnoser of zookeeper:// and zk:// URLs. It
+// reads them as open does, with open's errors, then asks every server the
+// URL names for a session (which also learns its session timeout range,
+// as probeRange does), pings over it, and reads the four-letter words
+// srvr and mntr for the server's role and the ensemble's size.
+func diagnose(ctx context.Context, u *locker.URL) ([]locker.Finding, error) {
+	if err := u.CheckParams(); err != nil {
+		return nil, err
+	}
+	servers, err := u.HostPorts("2181")
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: %w", err)
+	}
+	if _, err := cleanBase(u.Path); err != nil {
+		return nil, err
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); u.User.Username() == "" || !ok {
+			return nil, errors.New("zookeeper: credentials must be user:password (digest authentication)")
+		}
+	}
+	ttl := u.DefaultTTL()
+	checked := make([]*serverCheck, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, openTimeout)
+			defer cancel()
+			checked[i] = checkServer(ctx, s)
+		})
+	}
+	wg.Wait()
+	fs := []locker.Finding{ensemble(checked), quorum(checked), fourLetterWords(checked)}
+	for _, c := range checked {
+		fs = append(fs, c.findings(ttl)...)
+	}
+	return fs, nil
+}
+
+// serverCheck is what diagnose learned from one server.
+type serverCheck struct {
+	addr string
+	err  error // no session: unreachable, or not serving
+	rng  sessionRange
+	rtt  time.Duration // median of pingSamples pings
+	// From srvr and mntr; fourErr says why they are missing.
+	mode, version string
+	voters        int // zk_quorum_size: the ensemble's voting members; 0 if unknown
+	fourErr       error
+}
+
+func checkServer(ctx context.Context, addr string) *serverCheck {
+	c := &serverCheck{addr: addr}
+	c.rng.server = addr
+	c.rng.min, c.rtt, c.err = pingSession(ctx, addr)
+	if c.err == nil {
+		c.rng.max, c.err = negotiate(ctx, addr, math.MaxInt32)
+	}
+	if c.err != nil {
+		return c
+	}
+	srvr, err := fourLetter(ctx, addr, "srvr")
+	if err == nil {
+		c.mode, c.version = lineValue(srvr, "Mode: "), lineValue(srvr, "Zookeeper version: ")
+		// "3.8.0-<commit>, built on <date>": the release is enough.
+		c.version, _, _ = strings.Cut(c.version, ",")
+		c.version, _, _ = strings.Cut(c.version, "-")
+		var mntr string
+		if mntr, err = fourLetter(ctx, addr, "mntr"); err == nil {
+			c.voters, _ = strconv.Atoi(lineValue(mntr, "zk_quorum_size\t"))
+		}
+	}
+	c.fourErr = err
+	return c
+}
+
+// pingSession opens a session asking for the shortest timeout (so that
+// the server grants its minSessionTimeout), measures the round trip of
+// pingSamples pings over it, and closes it. It speaks the protocol as
+// negotiate does.
+func pingSession(ctx context.Context, server string) (granted, rtt time.Duration, err error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", server)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	// ConnectRequest, as in negotiate, for a timeout of 1 ms.
+	req := binary.BigEndian.AppendUint32(nil, 44)
+	req = binary.BigEndian.AppendUint32(req, 0)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, 1)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, 16)
+	req = append(req, make([]byte, 16)...)
+	if _, err := c.Write(req); err != nil {
+		return 0, 0, err
+	}
+	var hdr [20]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return 0, 0, fmt.Errorf("no answer to a session request: %w", err)
+	}
+	ms := int32(binary.BigEndian.Uint32(hdr[8:12]))
+	if binary.BigEndian.Uint64(hdr[12:20]) == 0 || ms <= 0 {
+		return 0, 0, fmt.Errorf("%s refused a session (is it a ZooKeeper server that serves clients?)", server)
+	}
+	if _, err := io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(hdr[0:4]))-16); err != nil {
+		return 0, 0, err
+	}
+	rtts := make([]time.Duration, pingSamples)
+	for i := range rtts {
+		if rtts[i], err = ping(c); err != nil {
+			return 0, 0, fmt.Errorf("ping: %w", err)
+		}
+	}
+	slices.Sort(rtts)
+	// closeSession (-11), so that the session does not linger; the reply
+	// is not needed.
+	closeReq := binary.BigEndian.AppendUint32(nil, 8)
+	closeReq = binary.BigEndian.AppendUint32(closeReq, 1)
+	closeReq = binary.BigEndian.AppendUint32(closeReq, uint32(0xfffffff5))
+	if _, err := c.Write(closeReq); err == nil {
+		var reply [20]byte
+		io.ReadFull(c, reply[:])
+	}
+	return time.Duration(ms) * time.Millisecond, rtts[len(rtts)/2], nil
+}
+
+// ping sends one ping (xid -2, type 11) and waits for its reply: length,
+// xid, zxid and error code. Nothing else arrives on a session that set no
+// watch.
+func ping(c net.Conn) (time.Duration, error) {
+	req := binary.BigEndian.AppendUint32(nil, 8)
+	req = binary.BigEndian.AppendUint32(req, uint32(0xfffffffe))
+	req = binary.BigEndian.AppendUint32(req, 11)
+	start := time.Now()
+	if _, err := c.Write(req); err != nil {
+		return 0, err
+	}
+	var reply [20]byte
+	if _, err := io.ReadFull(c, reply[:]); err != nil {
+		return 0, err
+	}
+	rtt := time.Since(start)
+	if xid := int32(binary.BigEndian.Uint32(reply[4:8])); xid != -2 {
+		return 0, fmt.Errorf("unexpected reply (xid %d) to a ping", xid)
+	}
+	return rtt, nil
+}
+
+// errNotAllowed is a four-letter word the server does not allow.
+var errNotAllowed = errors.New("not in the server's 4lw.commands.whitelist")
+
+// fourLetter sends a four-letter word on a connection of its own and
+// returns the whole reply.
+func fourLetter(ctx context.Context, server, word string) (string, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", server)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(c, word); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	out := b.String()
+	switch {
+	case sc.Err() != nil:
+		return "", fmt.Errorf("%s: %w", word, sc.Err())
+	case strings.Contains(out, "not in the whitelist"):
+		return "", fmt.Errorf("%s: %w", word, errNotAllowed)
+	case strings.Contains(out, "not currently serving"):
+		return "", fmt.Errorf("%s: %s", word, strings.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// lineValue returns what follows prefix on a line of out.
+func lineValue(out, prefix string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func allAddrs(checked []*serverCheck) string {
+	addrs := make([]string, len(checked))
+	for i, c := range checked {
+		addrs[i] = c.addr
+	}
+	return strings.Join(addrs, ",")
+}
+
+// ensemble judges the ensemble's size, from the servers' own account
+// (mntr's zk_quorum_size, or srvr's standalone mode), against the URL.
+func ensemble(checked []*serverCheck) locker.Finding {
+	f := locker.Finding{Check: "ensemble", Target: allAddrs(checked)}
+	size, leader := 0, ""
+	for _, c := range checked {
+		switch {
+		case c.mode == "standalone":
+			size = 1
+		case c.voters > 0 && size == 0:
+			size = c.voters
+		}
+		if c.mode == "leader" {
+			leader = c.addr
+		}
+	}
+	switch {
+	case !slices.ContainsFunc(checked, func(c *serverCheck) bool { return c.err == nil }):
+		f.Status = locker.Warn
+		f.Detail = fmt.Sprintf("the URL names %d server(s), and none answers: the ensemble's size is unknown", len(checked))
+		f.Fix = "see the reachable findings"
+		return f
+	case size == 0:
+		f.Status = locker.Warn
+		f.Detail = fmt.Sprintf("the URL names %d server(s), but none told the ensemble's size (srvr and mntr)", len(checked))
+		f.Fix = "add srvr and mntr to 4lw.commands.whitelist in zoo.cfg, so that the ensemble can be checked"
+		return f
+	}
+	f.Detail = fmt.Sprintf("the ensemble has %d voting member(s); the URL names %d", size, len(checked))
+	if leader != "" {
+		f.Detail += "; the leader is " + leader
+	}
+	var issues, fixes []string
+	switch {
+	case size == 1:
+		issues = append(issues, "a single server: while it is down, no lock can be acquired or refreshed")
+		fixes = append(fixes, "run an ensemble of 3 or 5 servers")
+	case size%2 == 0:
+		issues = append(issues, fmt.Sprintf("an even ensemble tolerates %d failure(s), no more than %d servers would", size-(size/2+1), size-1))
+		fixes = append(fixes, fmt.Sprintf("use an odd number of voting members: %d or %d", size-1, size+1))
+	}
+	if len(checked) < size {
+		issues = append(issues, "when the servers the URL names are down, clients cannot reach the others")
+		fixes = append(fixes, "list every server of the ensemble in the URL")
+	}
+	if len(issues) > 0 {
+		f.Status = locker.Warn
+		f.Detail += ": " + strings.Join(issues, "; ")
+		f.Fix = strings.Join(fixes, "; ")
+	}
+	return f
+}
+
+// quorum judges how many of the servers the URL names grant a session. A
+// server grants sessions only while it is part of a quorum, so one that
+// answers shows the ensemble serving.
+func quorum(checked []*serverCheck) locker.Finding {
+	up := 0
+	for _, c := range checked {
+		if c.err == nil {
+			up++
+		}
+	}
+	need := len(checked)/2 + 1
+	f := locker.Finding{Check: "quorum", Target: allAddrs(checked),
+		Detail: fmt.Sprintf("%d of the %d server(s) the URL names grant sessions; a majority is %d", up, len(checked), need)}
+	switch {
+	case up == 0:
+		f.Status = locker.Fail
+		f.Detail += ": no lock can be acquired, and held ones are lost when their sessions expire"
+		f.Fix = "start the servers, or restore the ensemble's quorum; check the URL's addresses"
+	case up < need:
+		f.Status = locker.Warn
+		f.Detail += ": fewer than a majority of them, though the ensemble has a quorum (a server grants sessions only while it is part of one); clients have that many fewer servers to fail over to"
+		f.Fix = "bring the unreachable servers back (see their reachable findings)"
+	default:
+		f.Detail += "; a server grants sessions only while it is part of a quorum, so the ensemble has one"
+	}
+	return f
+}
+
+// fourLetterWords reports whether the servers answer srvr and mntr, which
+// the ensemble and role checks need.
+func fourLetterWords(checked []*serverCheck) locker.Finding {
+	f := locker.Finding{Check: "four-letter-words", Target: allAddrs(checked)}
+	var missing []string
+	for _, c := range checked {
+		if c.err == nil && c.fourErr != nil {
+			missing = append(missing, fmt.Sprintf("%s (%v)", c.addr, c.fourErr))
+		}
+	}
+	switch {
+	case !slices.ContainsFunc(checked, func(c *serverCheck) bool { return c.err == nil }):
+		f.Detail = "no server grants a session: none was asked"
+		return f
+	case len(missing) == 0:
+		f.Detail = "the servers that grant sessions answer srvr and mntr"
+		return f
+	}
+	f.Status = locker.Warn
+	f.Detail = "no answer to srvr or mntr from " + strings.Join(missing, ", ") + ": their role and the ensemble's size are not checked"
+	f.Fix = "add srvr and mntr to 4lw.commands.whitelist in zoo.cfg"
+	return f
+}
+
+// findings judges one server: whether it grants sessions, whether its
+// session timeouts admit the TTL, and its round trip.
+func (c *serverCheck) findings(ttl time.Duration) []locker.Finding {
+	if c.err != nil {
+		return []locker.Finding{{
+			Check: "reachable", Status: locker.Fail, Target: c.addr,
+			Detail: fmt.Sprintf("no session: %v: clients connected to it fail over to the other servers, if the URL names any", c.err),
+			Fix:    "start the server, or correct its address in the URL",
+		}}
+	}
+	reach := locker.Finding{Check: "reachable", Target: c.addr, Detail: "grants sessions"}
+	if c.mode != "" {
+		reach.Detail += fmt.Sprintf(" (mode %s, ZooKeeper %s)", c.mode, c.version)
+	}
+	timeout := locker.Finding{Check: "session-timeout", Target: c.addr}
+	if ttl < c.rng.min || ttl > c.rng.max {
+		timeout.Status = locker.Fail
+		timeout.Detail = fmt.Sprintf("the TTL %v is outside the session timeouts the server grants, %s: a lock's TTL is its session's timeout, so every acquisition with this TTL fails with ErrInvalidTTL", ttl, c.rng)
+		timeout.Fix = fmt.Sprintf("choose a TTL from %v to %v (?ttl=), or widen minSessionTimeout and maxSessionTimeout in zoo.cfg to admit %v", c.rng.min, c.rng.max, ttl)
+	} else {
+		timeout.Detail = fmt.Sprintf("the TTL %v is within the session timeouts the server grants, %s", ttl, c.rng)
+	}
+	return []locker.Finding{reach, timeout,
+		locker.RTTFinding(c.addr, c.rtt, ttl, fmt.Sprintf("median of %d pings on a session", pingSamples))}
+}
