@@ -12,13 +12,14 @@ import (
 // commands use for their own failures, so that `lockctl run` can pass its
 // command's own code through and a script can still tell the two apart.
 const (
-	exitOK          = 0
-	exitLockLost    = 122 // the lock was lost while the command ran
-	exitNotAcquired = 124 // busy with --no-wait, or --wait elapsed
-	exitError       = 125 // lockctl's own error: usage, config, URL, backend unreachable
-	exitCannotRun   = 126 // the command was found but could not be run
-	exitNotFound    = 127 // the command was not found
-	exitSignalBase  = 128 // + N: the command was killed by signal N (as shells report it)
+	exitOK           = 0
+	exitChecksFailed = 1   // doctor: a check failed; check: a case failed; demo: a rule the backend claims broke
+	exitLockLost     = 122 // the lock was lost while the command ran
+	exitNotAcquired  = 124 // busy with --no-wait, or --wait elapsed
+	exitError        = 125 // lockctl's own error: usage, config, URL, backend unreachable
+	exitCannotRun    = 126 // the command was found but could not be run
+	exitNotFound     = 127 // the command was not found
+	exitSignalBase   = 128 // + N: the command was killed by signal N (as shells report it)
 )
 
 // exitCodesHelp is the text of `lockctl help exit-codes`.
@@ -29,7 +30,9 @@ rarely collide with those of the command that "lockctl run" runs:
 
   0        success (for run: the command exited 0)
   N        run: the command exited N, and lockctl passes N through
-  1        demo: the story broke a rule the backend claims (a stale write
+  1        check: a conformance case failed
+           doctor: a check failed (with --strict, also one that warned)
+           demo: the story broke a rule the backend claims (a stale write
            was accepted although the backend mints fencing tokens)
   122      run: the lock was lost while the command ran; the command was sent
            SIGTERM, then SIGKILL after --grace (this code wins over the

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startRedis starts a redis-server of the test's own on a free loopback
+// port, with args, and returns its address; the test's end stops it.
+func startRedis(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := serverURL(t, "LOCKER_TEST_REDIS_SERVER")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	ln.Close()
+	cmd := exec.Command(bin, append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	waitFor(t, 20*time.Second, "redis-server on "+addr+" answers", func() bool { return redisPing(addr) })
+	return addr
+}
+
+// redisPing reports whether a Redis server answers PING at addr.
+func redisPing(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "+PONG")
+}
+
+// TestDoctor: doctor passes the dev servers of every backend, fails a
+// Redis that evicts keys (exit 1, naming the policy and the fix), and
+// warns on a replica (exit 0, or 1 with --strict).
+func TestDoctor(t *testing.T) {
+	t.Run("dev servers", func(t *testing.T) {
+		forEachServer(t, func(t *testing.T, s server, url string) {
+			r := runLockctl(t, testEnv(t), "doctor", "--json", "--url", url)
+			wantCode(t, r, exitOK)
+			var out doctorOutput
+			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Findings) == 0 || out.Worst == "fail" {
+				t.Fatalf("doctor --json: %v, worst %q, %d findings\n%s", err, out.Worst, len(out.Findings), r.stdout)
+			}
+		})
+	})
+	t.Run("evicting redis", func(t *testing.T) {
+		addr := startRedis(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+		r := runLockctl(t, testEnv(t), "doctor", "--url", "redis://"+addr)
+		wantCode(t, r, exitChecksFailed)
+		if !strings.Contains(r.stdout, "FAIL    maxmemory-policy") && !strings.Contains(r.stdout, "FAIL maxmemory-policy") {
+			t.Errorf("doctor does not fail the eviction policy:\n%s", r.stdout)
+		}
+		if !strings.Contains(r.stdout, "allkeys-lru") || !strings.Contains(r.stdout, "fix: ") {
+			t.Errorf("doctor does not name the policy and the fix:\n%s", r.stdout)
+		}
+	})
+	t.Run("replica", func(t *testing.T) {
+		master := startRedis(t)
+		host, port, _ := net.SplitHostPort(master)
+		replica := startRedis(t, "--replicaof", host, port)
+		r := runLockctl(t, testEnv(t), "doctor", "--json", "--url", "redis://"+replica)
+		var out doctorOutput
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatalf("doctor --json: %v\n%s", err, r.stdout)
+		}
+		warned := false
+		for _, f := range out.Findings {
+			if f.Check == "replication" && f.Status.String() == "warn" {
+				warned = true
+			}
+		}
+		if !warned {
+			t.Errorf("doctor on a replica: no replication warning in %+v", out.Findings)
+		}
+		if out.Worst == "fail" {
+			// A replica refuses the writes a lock needs: whatever failed
+			// must say why, and the exit code must follow.
+			wantCode(t, r, exitChecksFailed)
+		} else {
+			wantCode(t, r, exitOK)
+			wantCode(t, runLockctl(t, testEnv(t), "doctor", "--strict", "--url", "redis://"+replica), exitChecksFailed)
+		}
+	})
+	t.Run("bad URL", func(t *testing.T) {
+		r := runLockctl(t, testEnv(t), "doctor", "--url", "redis://127.0.0.1:1?nosuch=1")
+		wantCode(t, r, exitError, "nosuch")
+	})
+}
