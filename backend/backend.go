@@ -49,7 +49,9 @@
 //     CheckParams, so that an unknown parameter is an error. Log through
 //     locker.Config.ResolvedLogger, and call locker.CheckConfig before
 //     locker.New so that a default TTL the server cannot keep fails at
-//     Open.
+//     Open. A backend in this module also takes internal/openhook's dial hook
+//     in its opener (every connection through it, TLS included), so that
+//     conformance.URLHarness can cut its clients off as a crash would.
 //   - Tests run against a real server: scripts/install.sh installs it,
 //     scripts/services.sh starts it on a port of its own (refusing one
 //     already in use) and exports its URL as a LOCKER_TEST_* variable

@@ -145,7 +145,7 @@ func (t *T) CrashableClient() Client {
 // Key returns a key unique to this run and case:
 // "conformance/<run id>/<case name>/<suffix>".
 func (t *T) Key(suffix string) string {
-	return "conformance/" + t.s.runID + "/" + t.name + "/" + suffix
+	return t.s.keyPrefix() + t.name + "/" + suffix
 }
 
 // TTL returns the harness's short TTL (Harness.TTL, or its default), for
@@ -254,3 +254,6 @@ func keyText(key string) string {
 	}
 	return fmt.Sprintf("%s…(%d bytes)", strconv.Quote(key[:n]), len(key))
 }
+
+// keyPrefix is what the keys of the run start with.
+func (s *suite) keyPrefix() string { return "conformance/" + s.runID + "/" }

@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -135,5 +136,44 @@ func TestOwnCasesInvalid(t *testing.T) {
 				t.Errorf("Check ran %d cases with invalid Harness.Cases", len(rep.Results))
 			}
 		})
+	}
+}
+
+// TestSelectAndObserve: Select leaves the cases it does not pick out of
+// the run and its Report; Observe sees each picked case start and end, in
+// order; the Report names the run's key prefix.
+func TestSelectAndObserve(t *testing.T) {
+	h := harness(correct)
+	picked := []string{"acquire-release", "fencing"}
+	h.Select = func(name string) bool { return slices.Contains(picked, name) }
+	var seen []string
+	h.Observe = func(p conformance.Progress) {
+		state := "start"
+		if p.Result != nil {
+			state = string(p.Result.Status)
+		}
+		if p.Total != len(picked) || p.Rule == "" {
+			t.Errorf("progress %+v: want Total %d and the rule", p, len(picked))
+		}
+		seen = append(seen, fmt.Sprintf("%d %s %s", p.Index, p.Case, state))
+	}
+	rep, err := conformance.Check(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1 acquire-release start", "1 acquire-release pass", "2 fencing start", "2 fencing pass"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("Observe saw %q, want %q", seen, want)
+	}
+	if len(rep.Results) != len(picked) || rep.Results[0].Name != picked[0] || rep.Results[1].Name != picked[1] {
+		t.Errorf("Report has %+v, want only %q", rep.Results, picked)
+	}
+	if !strings.HasPrefix(rep.KeyPrefix, "conformance/") || !strings.HasSuffix(rep.KeyPrefix, "/") || len(rep.KeyPrefix) < len("conformance/x/") {
+		t.Errorf("KeyPrefix %q", rep.KeyPrefix)
+	}
+
+	h.Select = func(string) bool { return false }
+	if _, err := conformance.Check(context.Background(), h); err == nil || !strings.Contains(err.Error(), "picks no case") {
+		t.Errorf("Check with a Select that picks nothing: %v", err)
 	}
 }

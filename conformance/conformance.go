@@ -92,6 +92,25 @@ type Harness struct {
 	// Cases are run after the built-in cases, in order. Each needs a
 	// Name no other case has, a Rule and a Func. Default: none.
 	Cases []Case
+	// Select, if set, picks the cases to run by name, built-in and own
+	// alike; the others are left out of the run and its Report. Default:
+	// every case.
+	Select func(name string) bool
+	// Observe, if set, is called by Check as each case starts (Result
+	// nil) and once it has ended, for live progress; Run reports through
+	// go test instead. It runs on Check's goroutine: a slow Observe slows
+	// the run. Default: none.
+	Observe func(Progress)
+}
+
+// Progress is where a Check run stands, for Harness.Observe.
+type Progress struct {
+	Case  string // the case's name
+	Rule  string // the rule it checks
+	Index int    // its place in the run, from 1
+	Total int    // how many cases the run has
+	// Result is nil as the case starts, and its outcome once it ended.
+	Result *Result
 }
 
 // DefaultSlack is the default Harness.Slack.
@@ -119,7 +138,11 @@ type Result struct {
 // Report is the outcome of a run of the suite.
 type Report struct {
 	Capabilities locker.Capabilities
-	Results      []Result
+	// KeyPrefix is what every key the run used starts with,
+	// "conformance/<run id>/": a crashed client's or an interrupted run's
+	// locks, until they expire, are under it.
+	KeyPrefix string
+	Results   []Result
 }
 
 // Failed returns the results that failed.
@@ -199,12 +222,21 @@ func Check(ctx context.Context, h Harness) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Capabilities: s.caps}
-	for _, c := range s.cases {
+	rep := Report{Capabilities: s.caps, KeyPrefix: s.keyPrefix()}
+	for i, c := range s.cases {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		rep.Results = append(rep.Results, s.run(ctx, c))
+		p := Progress{Case: c.Name, Rule: c.Rule, Index: i + 1, Total: len(s.cases)}
+		if s.h.Observe != nil {
+			s.h.Observe(p)
+		}
+		res := s.run(ctx, c)
+		rep.Results = append(rep.Results, res)
+		if s.h.Observe != nil {
+			p.Result = &res
+			s.h.Observe(p)
+		}
 	}
 	if f := rep.Failed(); len(f) > 0 {
 		names := make([]string, len(f))
@@ -215,6 +247,10 @@ func Check(ctx context.Context, h Harness) (Report, error) {
 	}
 	return rep, nil
 }
+
+// Cases returns the built-in cases, in the order they run: their names
+// and rules, for listing; their Funcs run only within Run or Check.
+func Cases() []Case { return slices.Clone(cases) }
 
 // Names returns the names of the built-in cases, in the order they run.
 func Names() []string {
@@ -239,6 +275,12 @@ func newSuite(ctx context.Context, h Harness) (*suite, error) {
 	all, err := withOwnCases(h.Cases)
 	if err != nil {
 		return nil, err
+	}
+	if h.Select != nil {
+		all = slices.DeleteFunc(all, func(c Case) bool { return !h.Select(c.Name) })
+		if len(all) == 0 {
+			return nil, errors.New("conformance: Harness.Select picks no case")
+		}
 	}
 	c, err := h.NewClient(ctx)
 	if err != nil {

@@ -30,7 +30,9 @@ import (
 // certificate against the proxy's address, 127.0.0.1.
 //
 // memory://name has no server: every client shares the named store, and
-// Crash crashes the client as memory.Client.Crash does.
+// Crash crashes the client as memory.Client.Crash does. Another module's
+// backend whose hosts are not addresses (no port, and no usual port known
+// for its scheme) is opened as its URL says, and its clients cannot crash.
 func URLHarness(rawURL string) Harness {
 	u := &urlHarness{raw: rawURL}
 	return Harness{NewClient: u.newClient}
@@ -83,11 +85,17 @@ func (u *urlHarness) openHooked(ctx context.Context) (Client, bool, error) {
 }
 
 // openProxied opens the URL with each of its hosts replaced by a proxy's
-// address.
+// address. A URL whose hosts are not addresses (an in-process backend of
+// another module, as memory://name is here) is opened as it is, with no
+// Crash: the cases that need one are skipped.
 func (u *urlHarness) openProxied(ctx context.Context) (Client, error) {
 	pu, proxies, err := ProxyURL(u.raw)
 	if err != nil {
-		return Client{}, err
+		l, oerr := locker.Open(ctx, u.raw)
+		if oerr != nil {
+			return Client{}, errors.Join(err, oerr)
+		}
+		return Client{Locker: l}, nil
 	}
 	closeAll := func() {
 		for _, p := range proxies {

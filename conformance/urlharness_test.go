@@ -152,3 +152,24 @@ func TestURLHarnessWithoutHook(t *testing.T) {
 		}
 	}
 }
+
+// TestURLHarnessInProcess: another module's backend whose URL names no
+// address (an in-process store) is opened as its URL says, with no Crash,
+// so that the crash cases skip instead of the suite failing to start.
+func TestURLHarnessInProcess(t *testing.T) {
+	h := conformance.URLHarness("nohook://store")
+	c, err := h.NewClient(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Locker.Close()
+	if c.Crash != nil {
+		t.Error("a client of an in-process store has a Crash, which could cut nothing")
+	}
+	nohook.mu.Lock()
+	hosts := nohook.hosts
+	nohook.mu.Unlock()
+	if len(hosts) == 0 || hosts[len(hosts)-1] != "store" {
+		t.Errorf("opened with hosts %v, want the URL's own, store", hosts)
+	}
+}
