@@ -24,6 +24,8 @@
 #   zookeeper ensemble      22281-22283 (quorum 22291-22293, election 22301-22303)
 #   etcd single member      23379 (peer 23380)
 #   etcd cluster            23479, 23579, 23679 (peers 23480, 23580, 23680)
+#   etcd over TLS           23779 (peer 23780; client certificates required,
+#                           the same certificates as redis over TLS)
 # LOCKER_PORT_OFFSET (default 0) is added to every port, so that two sets
 # of servers (two checkouts, two CI jobs) can run side by side; give each
 # its own LOCKER_SERVICES_DIR too.
@@ -69,10 +71,12 @@ ETCD_PORT=$((23379 + OFF))
 ETCD_PEER=$((23380 + OFF))
 ETCD_CLUSTER_CLIENT=($((23479 + OFF)) $((23579 + OFF)) $((23679 + OFF)))
 ETCD_CLUSTER_PEER=($((23480 + OFF)) $((23580 + OFF)) $((23680 + OFF)))
+ETCD_TLS=$((23779 + OFF))
+ETCD_TLS_PEER=$((23780 + OFF))
 ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-all.jar:/usr/share/java/metrics-core.jar:/usr/share/java/snappy-java.jar
 
 # Every server, by the name of its pid file.
-SERVICES=(zookeeper zk-ensemble-1 zk-ensemble-2 zk-ensemble-3 etcd etcd-cluster-1 etcd-cluster-2 etcd-cluster-3 redis-single)
+SERVICES=(zookeeper zk-ensemble-1 zk-ensemble-2 zk-ensemble-3 etcd etcd-cluster-1 etcd-cluster-2 etcd-cluster-3 etcd-tls redis-single)
 for p in "${REDLOCK_PORTS[@]}"; do SERVICES+=("redlock-$p"); done
 for p in "${CLUSTER_PORTS[@]}"; do SERVICES+=("cluster-$p"); done
 SERVICES+=(sentinel-master sentinel-replica redis-tls)
@@ -94,6 +98,7 @@ ports_of() {
 		echo "${ZK_ENSEMBLE_ELECTION[i]} election"
 		;;
 	etcd) echo "$ETCD_PORT client" && echo "$ETCD_PEER peer" ;;
+	etcd-tls) echo "$ETCD_TLS tls" && echo "$ETCD_TLS_PEER peer" ;;
 	etcd-cluster-[123])
 		i=$((${1#etcd-cluster-} - 1))
 		echo "${ETCD_CLUSTER_CLIENT[i]} client"
@@ -128,7 +133,7 @@ ours() {
 	local want comm cmdline cwd
 	case $1 in
 	zookeeper | zk-ensemble-*) want=java ;;
-	etcd | etcd-cluster-*) want=$(basename "$ETCD_BIN") && want=${want:0:15} ;;
+	etcd | etcd-cluster-* | etcd-tls) want=$(basename "$ETCD_BIN") && want=${want:0:15} ;;
 	*) want=redis-server ;;
 	esac
 	comm=$(cat "/proc/$2/comm" 2>/dev/null) && [ "$comm" = "$want" ] || return 1
@@ -289,7 +294,7 @@ start_redis() { # start_redis NAME PORT [extra redis-server args]
 make_certs() {
 	local t=$DIR/tls
 	TLS_CLI=(--tls --cacert "$t/ca.crt" --cert "$t/client.crt" --key "$t/client.key")
-	if alive redis-tls && [ -f "$t/client.key" ]; then return 0; fi
+	if { alive redis-tls || alive etcd-tls; } && [ -f "$t/client.key" ]; then return 0; fi
 	rm -rf "$t"
 	mkdir -p "$t"
 	local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
@@ -479,6 +484,30 @@ start_zk_ensemble() { # launches the three JVMs; up() waits for the quorum
 
 etcd_healthy() { curl -fsS "http://$HOST:$1/health" | grep -q '"health":"true"'; }
 etcd_ok() { etcd_healthy "$ETCD_PORT"; }
+etcd_tls_ok() {
+	curl -fsS --cacert "$DIR/tls/ca.crt" --cert "$DIR/tls/client.crt" --key "$DIR/tls/client.key" \
+		"https://$HOST:$ETCD_TLS/health" | grep -q '"health":"true"'
+}
+
+# etcd over TLS: one member, client certificates required, with the
+# certificates the Redis TLS server uses.
+start_etcd_tls() {
+	make_certs
+	alive etcd-tls && return 0
+	mkdir -p "$DIR/etcd-tls"
+	nohup "$ETCD_BIN" --name locker-tls --data-dir "$DIR/etcd-tls/data" \
+		--listen-client-urls "https://$HOST:$ETCD_TLS" \
+		--advertise-client-urls "https://$HOST:$ETCD_TLS" \
+		--listen-peer-urls "http://$HOST:$ETCD_TLS_PEER" \
+		--initial-advertise-peer-urls "http://$HOST:$ETCD_TLS_PEER" \
+		--initial-cluster "locker-tls=http://$HOST:$ETCD_TLS_PEER" \
+		--cert-file "$DIR/tls/server.crt" --key-file "$DIR/tls/server.key" \
+		--trusted-ca-file "$DIR/tls/ca.crt" --client-cert-auth \
+		--logger zap --log-outputs stderr --log-level warn \
+		>"$DIR/etcd-tls/etcd.log" 2>&1 &
+	echo $! >"$DIR/etcd-tls.pid"
+	started etcd-tls
+}
 
 start_etcd() {
 	alive etcd && return 0
@@ -557,6 +586,7 @@ print_env() {
 		export LOCKER_TEST_ZK_ENSEMBLE_URL=zookeeper://$zkens
 		export LOCKER_TEST_ETCD_URL=etcd://$HOST:$ETCD_PORT
 		export LOCKER_TEST_ETCD_CLUSTER_URL=etcd://$etcdcl
+		export LOCKER_TEST_ETCD_TLS_URL='etcds://$HOST:$ETCD_TLS?cacert=$DIR/tls/ca.crt&cert=$DIR/tls/client.crt&key=$DIR/tls/client.key'
 		export LOCKER_TEST_REDIS_SERVER=$(command -v redis-server)
 		export LOCKER_TEST_ZK_CLASSPATH=$ZK_CLASSPATH
 		export LOCKER_TEST_ETCD_BIN=$ETCD_BIN
@@ -588,10 +618,12 @@ up() {
 	for p in "${REDLOCK_PORTS[@]}"; do start_redis "redlock-$p" "$p"; done
 	start_cluster
 	start_redis_tls
+	start_etcd_tls
 	start_sentinels
 	wait_for "zookeeper on :$ZK_PORT" 60 zk_ok
 	wait_for "zookeeper ensemble on :${ZK_ENSEMBLE_CLIENT[*]}" 90 zk_ensemble_ok
 	wait_for "etcd cluster on :${ETCD_CLUSTER_CLIENT[*]}" 60 etcd_cluster_ok
+	wait_for "etcd over TLS on :$ETCD_TLS" 30 etcd_tls_ok
 	verify_ports
 	print_env >"$DIR/env"
 	UP_DONE=1
@@ -656,7 +688,7 @@ down() {
 	stop_servers "${names[@]}"
 	rm -rf "$DIR/env" "$DIR/cluster-create.log" "$DIR/zookeeper" "$DIR/etcd" "$DIR/redis-single" \
 		"$DIR"/redlock-[0-9]* "$DIR"/cluster-[0-9]* "$DIR"/zk-ensemble-[0-9]* "$DIR"/etcd-cluster-[0-9]* \
-		"$DIR/redis-tls" "$DIR/tls" "$DIR/tls.log" "$DIR/sentinel-master" "$DIR/sentinel-replica" "$DIR"/sentinel-[0-9]*
+		"$DIR/redis-tls" "$DIR/etcd-tls" "$DIR/tls" "$DIR/tls.log" "$DIR/sentinel-master" "$DIR/sentinel-replica" "$DIR"/sentinel-[0-9]*
 	rmdir "$DIR" 2>/dev/null || log "left $DIR in place: it holds files this script did not create"
 	log "servers stopped"
 }
