@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distlock/locker/conformance"
+)
+
+func init() { addCommand(newCheckCmd) }
+
+// checkCmd is one `lockctl check`.
+type checkCmd struct {
+	app      *app
+	cases    string
+	jsonPath string
+	junit    string
+	markdown string
+	list     bool
+}
+
+func newCheckCmd(a *app) *cobra.Command {
+	k := &checkCmd{app: a}
+	c := &cobra.Command{
+		Use:   "check",
+		Short: "Run the conformance suite against a live deployment",
+		Long: `Check runs the locker conformance suite against the deployment a URL names:
+mutual exclusion, auto-expiry of crashed holders, safe release, fencing, the
+lost-lock signal, FIFO order where the backend claims it, bad input. Each
+case is a rule; a failure says which rule broke and how.
+
+The suite makes several independent clients, each through loopback proxies
+of its own, so that it can cut one off as a crash or a partition would,
+without touching the servers or the other clients; TLS is verified against
+each server's own name. Every key it uses is under a random prefix
+(conformance/<run id>/), so a run is safe on a shared deployment; each case
+releases what it takes, and what a cut-off client held expires with its
+TTL. Expect a few minutes: the expiry cases wait out TTLs.
+
+Progress shows case by case as the run goes; then a summary table, the
+backend's capabilities, the library version and the URL (passwords
+redacted). --json, --junit and --markdown also write the report to a file
+("-": standard output, the progress then going to standard error). Check
+exits 0 when every case passed or was skipped, 1 when one failed, 125 when
+the suite could not run (a bad URL, a backend that cannot be reached).`,
+		Example: `  lockctl check --url redis://10.0.0.5:6379
+  lockctl check --url 'etcds://10.0.0.1:2379?cacert=ca.pem' --junit report.xml
+  lockctl check --profile prod --cases 'expiry|fencing' --markdown report.md
+  lockctl check --list`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return k.run(c.Context()) },
+	}
+	f := c.Flags()
+	f.StringVar(&k.cases, "cases", "", "run only the cases whose name matches this regular expression")
+	// Shadows the global --json: a report is a file.
+	f.StringVar(&k.jsonPath, "json", "", "write the report as JSON to this file (-: standard output)")
+	f.StringVar(&k.junit, "junit", "", "write the report as JUnit XML to this file, for CI (-: standard output)")
+	f.StringVar(&k.markdown, "markdown", "", "write the report as Markdown to this file (-: standard output)")
+	f.BoolVar(&k.list, "list", false, "list the cases and their rules, and run nothing")
+	return c
+}
+
+// checkReport is the report check writes: the conformance report, and
+// what it ran against.
+type checkReport struct {
+	URL          string        `json:"url"` // password redacted
+	Backend      string        `json:"backend"`
+	Capabilities string        `json:"capabilities"`
+	Library      string        `json:"library"` // the locker library's version
+	KeyPrefix    string        `json:"key_prefix"`
+	Started      time.Time     `json:"started"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	Passed       int           `json:"passed"`
+	Failed       int           `json:"failed"`
+	Skipped      int           `json:"skipped"`
+	Results      []checkResult `json:"results"`
+}
+
+type checkResult struct {
+	Name    string        `json:"name"`
+	Rule    string        `json:"rule"`
+	Status  string        `json:"status"` // pass, fail or skip
+	Detail  string        `json:"detail,omitempty"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+func (k *checkCmd) run(ctx context.Context) error {
+	a := k.app
+	var sel *regexp.Regexp
+	if k.cases != "" {
+		re, err := regexp.Compile(k.cases)
+		if err != nil {
+			return exitf(exitError, "--cases: %v", err)
+		}
+		sel = re
+	}
+	if k.list {
+		return k.listCases(sel)
+	}
+	t, err := a.resolve("")
+	if err != nil {
+		return withCode(exitError, err)
+	}
+	// Progress goes where no report does.
+	progress := a.stdout
+	for _, p := range []string{k.jsonPath, k.junit, k.markdown} {
+		if p == "-" {
+			progress = a.stderr
+		}
+	}
+	h := conformance.URLHarness(t.url)
+	if sel != nil {
+		h.Select = sel.MatchString
+	}
+	start := time.Now()
+	fmt.Fprintf(progress, "checking %s (URL from %s)\n", redactURL(t.url), t.source)
+	h.Observe = func(p conformance.Progress) {
+		if p.Result == nil {
+			fmt.Fprintf(progress, "[%2d/%d] %-26s ", p.Index, p.Total, p.Case)
+			return
+		}
+		fmt.Fprintf(progress, "%-4s %6s  (%s elapsed)\n", p.Result.Status, p.Result.Elapsed.Round(10*time.Millisecond), time.Since(start).Round(time.Second))
+	}
+	// The suite cuts clients off on purpose: their warnings (refreshes
+	// that fail, reconnects) are expected, and the report says what broke.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	slog.SetDefault(quiet)
+	rep, err := conformance.Check(ctx, h)
+	if err != nil && len(rep.Results) == 0 {
+		return exitf(exitError, "%w (URL from %s)", err, t.source)
+	}
+	cr := newCheckReport(t.url, rep, start)
+	fmt.Fprintf(progress, "\n%s", rep.String())
+	fmt.Fprintf(progress, "\nbackend       %s\ncapabilities  %s\nlibrary       %s\nURL           %s\nkeys          under %s (a cut-off client's locks expire with their TTL)\nelapsed       %s\n",
+		cr.Backend, cr.Capabilities, cr.Library, cr.URL, cr.KeyPrefix, cr.Elapsed.Round(time.Second))
+	for _, w := range []struct {
+		path  string
+		write func(io.Writer, checkReport) error
+	}{{k.jsonPath, writeCheckJSON}, {k.junit, writeJUnit}, {k.markdown, writeMarkdown}} {
+		if w.path == "" {
+			continue
+		}
+		if err := writeReport(a.stdout, w.path, cr, w.write); err != nil {
+			return exitf(exitError, "writing the report: %v", err)
+		}
+	}
+	switch {
+	case cr.Failed > 0:
+		return &codeError{code: exitChecksFailed}
+	case err != nil:
+		// Interrupted: some cases did not run.
+		return exitf(exitError, "%v", err)
+	}
+	return nil
+}
+
+// listCases prints the built-in cases that sel picks, with their rules.
+func (k *checkCmd) listCases(sel *regexp.Regexp) error {
+	for _, c := range conformance.Cases() {
+		if sel == nil || sel.MatchString(c.Name) {
+			fmt.Fprintf(k.app.stdout, "%-26s %s\n", c.Name, c.Rule)
+		}
+	}
+	return nil
+}
+
+func newCheckReport(rawURL string, rep conformance.Report, start time.Time) checkReport {
+	cr := checkReport{
+		URL: redactURL(rawURL), Backend: rep.Capabilities.Name, Capabilities: rep.Capabilities.String(),
+		Library: libraryVersion(), KeyPrefix: rep.KeyPrefix, Started: start, Elapsed: time.Since(start),
+	}
+	for _, r := range rep.Results {
+		switch r.Status {
+		case conformance.Pass:
+			cr.Passed++
+		case conformance.Fail:
+			cr.Failed++
+		case conformance.Skip:
+			cr.Skipped++
+		}
+		cr.Results = append(cr.Results, checkResult{Name: r.Name, Rule: r.Rule, Status: strings.ToLower(string(r.Status)), Detail: r.Detail, Elapsed: r.Elapsed})
+	}
+	return cr
+}
+
+// libraryVersion is the version of the locker library lockctl was built
+// with: its module version, or for a build from the repository the
+// commit it was built at.
+func libraryVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := ""
+	for _, d := range bi.Deps {
+		if d.Path == "github.com/distlock/locker" {
+			v = d.Version
+			if d.Replace != nil {
+				v = "(devel)"
+			}
+		}
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	if v == "(devel)" || v == "" {
+		if rev == "" {
+			return "(devel)"
+		}
+		return fmt.Sprintf("(devel) at %.12s%s", rev, modified)
+	}
+	return v
+}
+
+// writeReport writes cr with write to path, "-" being w.
+func writeReport(w io.Writer, path string, cr checkReport, write func(io.Writer, checkReport) error) error {
+	if path == "-" {
+		return write(w, cr)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(write(f, cr), f.Close())
+}
+
+func writeCheckJSON(w io.Writer, cr checkReport) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(cr)
+}
+
+// The JUnit XML that CI systems read: one test suite, a test case per
+// conformance case.
+type junitSuites struct {
+	XMLName xml.Name   `xml:"testsuites"`
+	Suites  []junitRun `xml:"testsuite"`
+}
+
+type junitRun struct {
+	Name       string          `xml:"name,attr"`
+	Tests      int             `xml:"tests,attr"`
+	Failures   int             `xml:"failures,attr"`
+	Skipped    int             `xml:"skipped,attr"`
+	Time       float64         `xml:"time,attr"`
+	Timestamp  string          `xml:"timestamp,attr"`
+	Properties []junitProperty `xml:"properties>property"`
+	Cases      []junitCase     `xml:"testcase"`
+}
+
+type junitProperty struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	Classname string        `xml:"classname,attr"`
+	Time      float64       `xml:"time,attr"`
+	Failure   *junitMessage `xml:"failure,omitempty"`
+	Skipped   *junitMessage `xml:"skipped,omitempty"`
+}
+
+type junitMessage struct {
+	Message string `xml:"message,attr"`
+	Text    string `xml:",chardata"`
+}
+
+func writeJUnit(w io.Writer, cr checkReport) error {
+	run := junitRun{
+		Name: "locker conformance (" + cr.Backend + ")", Tests: len(cr.Results), Failures: cr.Failed, Skipped: cr.Skipped,
+		Time: cr.Elapsed.Seconds(), Timestamp: cr.Started.UTC().Format(time.RFC3339),
+		Properties: []junitProperty{
+			{"url", cr.URL}, {"backend", cr.Backend}, {"capabilities", cr.Capabilities},
+			{"library", cr.Library}, {"key_prefix", cr.KeyPrefix},
+		},
+	}
+	for _, r := range cr.Results {
+		jc := junitCase{Name: r.Name, Classname: "conformance." + cr.Backend, Time: r.Elapsed.Seconds()}
+		switch r.Status {
+		case "fail":
+			jc.Failure = &junitMessage{Message: "rule broken: " + r.Rule, Text: r.Detail}
+		case "skip":
+			jc.Skipped = &junitMessage{Message: r.Detail}
+		}
+		run.Cases = append(run.Cases, jc)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	e := xml.NewEncoder(w)
+	e.Indent("", "  ")
+	if err := e.Encode(junitSuites{Suites: []junitRun{run}}); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+func writeMarkdown(w io.Writer, cr checkReport) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Conformance of %s\n\n", cr.Backend)
+	fmt.Fprintf(&b, "- URL: `%s`\n- Capabilities: %s\n- Library: %s\n- Started: %s, took %s\n- Keys: under `%s`\n\n",
+		cr.URL, cr.Capabilities, cr.Library, cr.Started.UTC().Format(time.RFC3339), cr.Elapsed.Round(time.Second), cr.KeyPrefix)
+	fmt.Fprintf(&b, "**%d passed, %d failed, %d skipped**\n\n", cr.Passed, cr.Failed, cr.Skipped)
+	b.WriteString("| Case | Result | Time | Rule |\n| --- | --- | --- | --- |\n")
+	for _, r := range cr.Results {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Name, r.Status, r.Elapsed.Round(time.Millisecond), mdCell(r.Rule))
+	}
+	for _, r := range cr.Results {
+		if r.Status != "pass" {
+			fmt.Fprintf(&b, "\n### %s: %s\n\n```\n%s\n```\n", r.Name, r.Status, r.Detail)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// mdCell makes s safe in a Markdown table cell.
+func mdCell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
