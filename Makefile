@@ -1,6 +1,7 @@
 # make test           everything: install servers if missing, start them, vet,
 #                     go test -race against them, stop them
-# make example        the main job on the embedded memory backend, no servers
+# make example        the library-only example (examples/swap) on the embedded
+#                     memory backend, no servers
 # make lockctl        build the command-line tool as ./lockctl (from cmd/lockctl)
 # make demo           lockctl's story of a paused and a crashed holder, fencing
 #                     at work, on the embedded memory backend, no servers
