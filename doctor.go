@@ -178,43 +178,6 @@ func Diagnose(ctx context.Context, rawURL string, opts ...OpenOption) (Diagnosis
 	return dg, nil
 }
 
-// prepare reads rawURL and opts as Open does, up to the point where Open
-// hands the URL to the scheme's Opener, with Open's errors.
-func prepare(ctx context.Context, rawURL string, opts []OpenOption) (*URL, error) {
-	if ctx == nil {
-		return nil, fmt.Errorf("locker: open: %w", errNilContext)
-	}
-	if rawURL == "" {
-		return nil, fmt.Errorf("locker: open: empty URL (want scheme://..., registered schemes: %s)", strings.Join(Schemes(), ", "))
-	}
-	pu, err := parseURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("locker: open: malformed URL: %w", err)
-	}
-	if pu.Scheme == "" {
-		return nil, fmt.Errorf("locker: open %q: no scheme (registered schemes: %s)", redact(pu), strings.Join(Schemes(), ", "))
-	}
-	scheme := strings.ToLower(pu.Scheme)
-	registry.RLock()
-	_, known := registry.m[scheme]
-	registry.RUnlock()
-	if !known {
-		return nil, fmt.Errorf("locker: open %q: unknown scheme %q (registered schemes: %s; is the backend package imported?)",
-			redact(pu), scheme, strings.Join(Schemes(), ", "))
-	}
-	u := &URL{URL: pu, query: pu.Query(), taken: map[string]bool{}}
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("locker: open %q: option %d is nil", redact(pu), i+1)
-		}
-		opt(&u.Config)
-	}
-	if err := u.sharedParams(); err != nil {
-		return nil, fmt.Errorf("locker: open %q: %w", redact(pu), err)
-	}
-	return u, nil
-}
-
 // DefaultTTL returns the TTL of the locks of a Locker opened on u when
 // their call chooses none: the ttl parameter, or the package's DefaultTTL.
 func (u *URL) DefaultTTL() time.Duration {

@@ -72,37 +72,14 @@ func Schemes() []string {
 // A default TTL (the ttl parameter) outside the backend's range is an
 // error here, not at the first Acquire: see Capabilities.MinTTL and MaxTTL.
 func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error) {
-	if ctx == nil {
-		return nil, fmt.Errorf("locker: open: %w", errNilContext)
-	}
-	if rawURL == "" {
-		return nil, fmt.Errorf("locker: open: empty URL (want scheme://..., registered schemes: %s)", strings.Join(Schemes(), ", "))
-	}
-	pu, err := parseURL(rawURL)
+	u, err := prepare(ctx, rawURL, opts)
 	if err != nil {
-		return nil, fmt.Errorf("locker: open: malformed URL: %w", err)
+		return nil, err
 	}
-	if pu.Scheme == "" {
-		return nil, fmt.Errorf("locker: open %q: no scheme (registered schemes: %s)", redact(pu), strings.Join(Schemes(), ", "))
-	}
-	scheme := strings.ToLower(pu.Scheme)
+	pu := u.URL
 	registry.RLock()
-	o := registry.m[scheme]
+	o := registry.m[strings.ToLower(pu.Scheme)]
 	registry.RUnlock()
-	if o == nil {
-		return nil, fmt.Errorf("locker: open %q: unknown scheme %q (registered schemes: %s; is the backend package imported?)",
-			redact(pu), scheme, strings.Join(Schemes(), ", "))
-	}
-	u := &URL{URL: pu, query: pu.Query(), taken: map[string]bool{}}
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("locker: open %q: option %d is nil", redact(pu), i+1)
-		}
-		opt(&u.Config)
-	}
-	if err := u.sharedParams(); err != nil {
-		return nil, fmt.Errorf("locker: open %q: %w", redact(pu), err)
-	}
 	l, err := o(ctx, u)
 	if err != nil {
 		return nil, fmt.Errorf("locker: open %q: %w", redact(pu), err)
@@ -118,6 +95,44 @@ func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error
 		return nil, fmt.Errorf("locker: open %q: %w", redact(pu), err)
 	}
 	return l, nil
+}
+
+// prepare reads rawURL and opts for Open and Diagnose, up to the point
+// where Open hands the URL to the scheme's Opener: the errors of a URL
+// that cannot be read, or names no registered scheme.
+func prepare(ctx context.Context, rawURL string, opts []OpenOption) (*URL, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("locker: open: %w", errNilContext)
+	}
+	if rawURL == "" {
+		return nil, fmt.Errorf("locker: open: empty URL (want scheme://..., registered schemes: %s)", strings.Join(Schemes(), ", "))
+	}
+	pu, err := parseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("locker: open: malformed URL: %w", err)
+	}
+	if pu.Scheme == "" {
+		return nil, fmt.Errorf("locker: open %q: no scheme (registered schemes: %s)", redact(pu), strings.Join(Schemes(), ", "))
+	}
+	scheme := strings.ToLower(pu.Scheme)
+	registry.RLock()
+	_, known := registry.m[scheme]
+	registry.RUnlock()
+	if !known {
+		return nil, fmt.Errorf("locker: open %q: unknown scheme %q (registered schemes: %s; is the backend package imported?)",
+			redact(pu), scheme, strings.Join(Schemes(), ", "))
+	}
+	u := &URL{URL: pu, query: pu.Query(), taken: map[string]bool{}}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("locker: open %q: option %d is nil", redact(pu), i+1)
+		}
+		opt(&u.Config)
+	}
+	if err := u.sharedParams(); err != nil {
+		return nil, fmt.Errorf("locker: open %q: %w", redact(pu), err)
+	}
+	return u, nil
 }
 
 // parseURL parses rawURL as url.Parse does, except that it reads the host

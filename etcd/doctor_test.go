@@ -13,69 +13,27 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/doctortest"
 	"github.com/distlock/locker/internal/testenv"
 )
-
-// diagnose runs locker.Diagnose on raw and fails the test on an error.
-func diagnose(t *testing.T, raw string) locker.Diagnosis {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d, err := locker.Diagnose(ctx, raw)
-	if err != nil {
-		t.Fatalf("Diagnose(%q): %v", raw, err)
-	}
-	return d
-}
-
-// finding returns d's finding of check about target, failing the test if
-// there is none.
-func finding(t *testing.T, d locker.Diagnosis, check, target string) locker.Finding {
-	t.Helper()
-	for _, f := range d.Findings {
-		if f.Check == check && f.Target == target {
-			return f
-		}
-	}
-	t.Fatalf("no %s finding about %q in %s", check, target, show(d))
-	return locker.Finding{}
-}
-
-func show(d locker.Diagnosis) string {
-	var b strings.Builder
-	b.WriteString(d.URL + ":")
-	for _, f := range d.Findings {
-		b.WriteString("\n  [" + f.Status.String() + "] " + f.Check + " " + f.Target + ": " + f.Detail)
-	}
-	return b.String()
-}
-
-// wantStatus checks a finding's status, and that it has a fix exactly
-// when it did not pass.
-func wantStatus(t *testing.T, f locker.Finding, want locker.Status, detail string) {
-	t.Helper()
-	if f.Status != want || !strings.Contains(f.Detail, detail) || (f.Fix == "") != (want == locker.Pass) {
-		t.Errorf("%s %s = [%v] %q (fix %q); want [%v] with %q, and a fix unless it passes", f.Check, f.Target, f.Status, f.Detail, f.Fix, want, detail)
-	}
-}
 
 // TestDiagnoseDevCluster: the development cluster of three passes every
 // check: its members, their leader, the lease TTL, no alarm, and each
 // member's health and round trip.
 func TestDiagnoseDevCluster(t *testing.T) {
 	raw := testenv.Get(t, testenv.EtcdClusterURL)
-	d := diagnose(t, raw)
+	d := doctortest.Diagnose(t, raw)
 	if d.Worst() != locker.Pass {
-		t.Errorf("the development cluster does not pass: %s", show(d))
+		t.Errorf("the development cluster does not pass: %s", doctortest.Show(d))
 	}
 	hosts := testenv.Hosts(t, raw)
-	wantStatus(t, finding(t, d, "members", strings.Join(hosts, ",")), locker.Pass, "3 voting member(s)")
-	wantStatus(t, finding(t, d, "leader", ""), locker.Pass, "agree that the leader is")
-	wantStatus(t, finding(t, d, "lease-ttl", ""), locker.Pass, "the TTL 30s gets a lease of 30s")
-	wantStatus(t, finding(t, d, "alarms", ""), locker.Pass, "no alarm")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "members", strings.Join(hosts, ",")), locker.Pass, "3 voting member(s)")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "leader", ""), locker.Pass, "agree that the leader is")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "lease-ttl", ""), locker.Pass, "the TTL 30s gets a lease of 30s")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "alarms", ""), locker.Pass, "no alarm")
 	for _, h := range hosts {
-		wantStatus(t, finding(t, d, "reachable", h), locker.Pass, "answers")
-		finding(t, d, "rtt", h)
+		doctortest.WantStatus(t, doctortest.Finding(t, d, "reachable", h), locker.Pass, "answers")
+		doctortest.Finding(t, d, "rtt", h)
 	}
 }
 
@@ -84,11 +42,11 @@ func TestDiagnoseDevCluster(t *testing.T) {
 // grants (learnt here from a lease of our own), which Open refuses, fails; a URL naming one member of three warns.
 func TestDiagnoseDevServer(t *testing.T) {
 	raw := testenv.Get(t, testenv.EtcdURL)
-	d := diagnose(t, raw)
+	d := doctortest.Diagnose(t, raw)
 	if d.Worst() == locker.Fail {
-		t.Errorf("a failing finding on the development server: %s", show(d))
+		t.Errorf("a failing finding on the development server: %s", doctortest.Show(d))
 	}
-	wantStatus(t, finding(t, d, "members", testenv.Hosts(t, raw)[0]), locker.Warn, "a single member")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "members", testenv.Hosts(t, raw)[0]), locker.Warn, "a single member")
 
 	// The shortest lease, as the server grants it to a client of our own.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: testenv.Hosts(t, raw), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -109,10 +67,10 @@ func TestDiagnoseDevServer(t *testing.T) {
 		l.Close()
 		t.Fatalf("Open(%q) succeeded; the case is wrong", short)
 	}
-	wantStatus(t, finding(t, diagnose(t, short), "lease-ttl", ""), locker.Fail, fmt.Sprintf("the TTL %v is below the shortest lease the cluster grants, %v", minTTL-500*time.Millisecond, minTTL))
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, short), "lease-ttl", ""), locker.Fail, fmt.Sprintf("the TTL %v is below the shortest lease the cluster grants, %v", minTTL-500*time.Millisecond, minTTL))
 
 	one := testenv.Hosts(t, testenv.Get(t, testenv.EtcdClusterURL))[0]
-	wantStatus(t, finding(t, diagnose(t, "etcd://"+one), "members", one), locker.Warn, "the URL names 1 endpoint(s): when the endpoints")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, "etcd://"+one), "members", one), locker.Warn, "the URL names 1 endpoint(s): when the endpoints")
 }
 
 // TestDiagnoseUnreachable: a cluster that does not answer is one failing
@@ -125,11 +83,11 @@ func TestDiagnoseUnreachable(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	d := diagnose(t, "etcd://"+dead+"?dial_timeout=500ms")
+	d := doctortest.Diagnose(t, "etcd://"+dead+"?dial_timeout=500ms")
 	if len(d.Findings) != 1 {
-		t.Fatalf("want one finding: %s", show(d))
+		t.Fatalf("want one finding: %s", doctortest.Show(d))
 	}
-	wantStatus(t, finding(t, d, "reachable", dead), locker.Fail, "no endpoint answers")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "reachable", dead), locker.Fail, "no endpoint answers")
 }
 
 // TestDiagnoseURLErrors: a URL that Open refuses before it looks at a
@@ -150,7 +108,7 @@ func TestDiagnoseURLErrors(t *testing.T) {
 		}
 		d, err := locker.Diagnose(context.Background(), raw)
 		if err == nil || err.Error() != openErr.Error() {
-			t.Errorf("Diagnose(%q) = %s, %v; want Open's error %v", raw, show(d), err, openErr)
+			t.Errorf("Diagnose(%q) = %s, %v; want Open's error %v", raw, doctortest.Show(d), err, openErr)
 		}
 	}
 }

@@ -11,52 +11,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/doctortest"
 	"github.com/distlock/locker/internal/testenv"
 )
-
-// diagnose runs locker.Diagnose on raw and fails the test on an error.
-func diagnose(t *testing.T, raw string) locker.Diagnosis {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d, err := locker.Diagnose(ctx, raw)
-	if err != nil {
-		t.Fatalf("Diagnose(%q): %v", raw, err)
-	}
-	return d
-}
-
-// finding returns d's finding of check about target, failing the test if
-// there is none.
-func finding(t *testing.T, d locker.Diagnosis, check, target string) locker.Finding {
-	t.Helper()
-	for _, f := range d.Findings {
-		if f.Check == check && f.Target == target {
-			return f
-		}
-	}
-	t.Fatalf("no %s finding about %q in %s", check, target, show(d))
-	return locker.Finding{}
-}
-
-// show lists d's findings, for failure messages.
-func show(d locker.Diagnosis) string {
-	var b strings.Builder
-	b.WriteString(d.URL + ":")
-	for _, f := range d.Findings {
-		b.WriteString("\n  [" + f.Status.String() + "] " + f.Check + " " + f.Target + ": " + f.Detail)
-	}
-	return b.String()
-}
-
-// wantStatus checks a finding's status, and that it has a fix exactly
-// when it did not pass.
-func wantStatus(t *testing.T, f locker.Finding, want locker.Status, detail string) {
-	t.Helper()
-	if f.Status != want || !strings.Contains(f.Detail, detail) || (f.Fix == "") != (want == locker.Pass) {
-		t.Errorf("%s %s = [%v] %q (fix %q); want [%v] with %q, and a fix unless it passes", f.Check, f.Target, f.Status, f.Detail, f.Fix, want, detail)
-	}
-}
 
 // TestDiagnoseDevServers: the development servers (one server, over
 // redigo too, TLS, a Cluster, a Sentinel group) have no failing finding,
@@ -70,33 +27,33 @@ func TestDiagnoseDevServers(t *testing.T) {
 				urls = append(urls, raw+"?client=redigo")
 			}
 			for _, raw := range urls {
-				d := diagnose(t, raw)
+				d := doctortest.Diagnose(t, raw)
 				if d.Worst() == locker.Fail {
-					t.Errorf("a failing finding on the development servers: %s", show(d))
+					t.Errorf("a failing finding on the development servers: %s", doctortest.Show(d))
 				}
 				servers := 0
 				for _, f := range d.Findings {
 					if f.Check == "reachable" {
 						servers++
 						for _, check := range []string{"maxmemory-policy", "persistence", "replication", "rtt"} {
-							finding(t, d, check, f.Target)
+							doctortest.Finding(t, d, check, f.Target)
 						}
 					}
 				}
 				switch env {
 				case testenv.RedisClusterURL:
 					if servers < 3 {
-						t.Errorf("%d servers checked, want every node of the Cluster: %s", servers, show(d))
+						t.Errorf("%d servers checked, want every node of the Cluster: %s", servers, doctortest.Show(d))
 					}
-					finding(t, d, "cluster", testenv.Hosts(t, raw)[0])
+					doctortest.Finding(t, d, "cluster", testenv.Hosts(t, raw)[0])
 				case testenv.RedisSentinelURL:
 					for _, h := range testenv.Hosts(t, raw) {
-						wantStatus(t, finding(t, d, "sentinel", h), locker.Pass, "as master")
+						doctortest.WantStatus(t, doctortest.Finding(t, d, "sentinel", h), locker.Pass, "as master")
 					}
 					fallthrough
 				default:
 					if servers != 1 {
-						t.Errorf("%d servers checked, want 1: %s", servers, show(d))
+						t.Errorf("%d servers checked, want 1: %s", servers, doctortest.Show(d))
 					}
 				}
 			}
@@ -115,13 +72,13 @@ func TestDiagnoseEviction(t *testing.T) {
 		l.Close()
 		t.Fatal("Open accepted a server with maxmemory-policy allkeys-lru")
 	}
-	d := diagnose(t, raw)
-	f := finding(t, d, "maxmemory-policy", s.Addr())
-	wantStatus(t, f, locker.Fail, `"allkeys-lru"`)
+	d := doctortest.Diagnose(t, raw)
+	f := doctortest.Finding(t, d, "maxmemory-policy", s.Addr())
+	doctortest.WantStatus(t, f, locker.Fail, `"allkeys-lru"`)
 	if !strings.Contains(f.Fix, "noeviction") || d.Worst() != locker.Fail {
 		t.Errorf("fix %q, worst %v; want a fix naming noeviction, and a failing Diagnosis", f.Fix, d.Worst())
 	}
-	wantStatus(t, finding(t, diagnose(t, raw+"?allow_eviction=true"), "maxmemory-policy", s.Addr()), locker.Warn, "allow_eviction=true")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, raw+"?allow_eviction=true"), "maxmemory-policy", s.Addr()), locker.Warn, "allow_eviction=true")
 
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
 	defer c.Close()
@@ -129,15 +86,15 @@ func TestDiagnoseEviction(t *testing.T) {
 	if err := c.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl").Err(); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, finding(t, diagnose(t, raw), "maxmemory-policy", s.Addr()), locker.Fail, `"volatile-ttl"`)
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, raw), "maxmemory-policy", s.Addr()), locker.Fail, `"volatile-ttl"`)
 	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, finding(t, diagnose(t, raw), "maxmemory-policy", s.Addr()), locker.Warn, "maxmemory is 0")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, raw), "maxmemory-policy", s.Addr()), locker.Warn, "maxmemory is 0")
 	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, finding(t, diagnose(t, raw), "maxmemory-policy", s.Addr()), locker.Pass, "noeviction")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, raw), "maxmemory-policy", s.Addr()), locker.Pass, "noeviction")
 }
 
 // TestDiagnoseReplication: a replica warns that it can be promoted and
@@ -155,14 +112,14 @@ func TestDiagnoseReplication(t *testing.T) {
 		return strings.Contains(info, "connected_slaves:1")
 	})
 
-	d := diagnose(t, "redis://"+replica.Addr())
-	wantStatus(t, finding(t, d, "replication", replica.Addr()), locker.Warn, "replica of "+master.Addr())
-	if f := finding(t, d, "replication", replica.Addr()); !strings.Contains(f.Detail, "promoted") || !strings.Contains(f.Detail, "lost") {
+	d := doctortest.Diagnose(t, "redis://"+replica.Addr())
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "replication", replica.Addr()), locker.Warn, "replica of "+master.Addr())
+	if f := doctortest.Finding(t, d, "replication", replica.Addr()); !strings.Contains(f.Detail, "promoted") || !strings.Contains(f.Detail, "lost") {
 		t.Errorf("replica's finding %q does not say that a promotion can lose writes", f.Detail)
 	}
-	d = diagnose(t, "redis://"+master.Addr())
-	wantStatus(t, finding(t, d, "replication", master.Addr()), locker.Warn, "1 connected replica(s) ("+replica.Addr()+")")
-	wantStatus(t, finding(t, d, "persistence", master.Addr()), locker.Warn, "AOF is off")
+	d = doctortest.Diagnose(t, "redis://"+master.Addr())
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "replication", master.Addr()), locker.Warn, "1 connected replica(s) ("+replica.Addr()+")")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "persistence", master.Addr()), locker.Warn, "AOF is off")
 
 	for _, tc := range []struct {
 		fsync  string
@@ -179,7 +136,7 @@ func TestDiagnoseReplication(t *testing.T) {
 		if err := m.ConfigSet(ctx, "appendfsync", tc.fsync).Err(); err != nil {
 			t.Fatal(err)
 		}
-		wantStatus(t, finding(t, diagnose(t, "redis://"+master.Addr()), "persistence", master.Addr()), tc.want, tc.detail)
+		doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, "redis://"+master.Addr()), "persistence", master.Addr()), tc.want, tc.detail)
 	}
 }
 
@@ -188,17 +145,17 @@ func TestDiagnoseReplication(t *testing.T) {
 // falls back on INFO.
 func TestDiagnoseNoConfig(t *testing.T) {
 	s := testenv.StartRedis(t, "--rename-command", "CONFIG", "")
-	d := diagnose(t, "redis://"+s.Addr())
-	wantStatus(t, finding(t, d, "maxmemory-policy", s.Addr()), locker.Warn, "cannot read maxmemory-policy")
-	wantStatus(t, finding(t, d, "persistence", s.Addr()), locker.Warn, "AOF is off (RDB snapshots: unknown)")
+	d := doctortest.Diagnose(t, "redis://"+s.Addr())
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "maxmemory-policy", s.Addr()), locker.Warn, "cannot read maxmemory-policy")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "persistence", s.Addr()), locker.Warn, "AOF is off (RDB snapshots: unknown)")
 }
 
 // TestDiagnoseUnreachable: a server that does not answer is one failing
 // finding about it, and what Open would refuse is not reported twice.
 func TestDiagnoseUnreachable(t *testing.T) {
 	testenv.Get(t, testenv.RedisServer) // the servers-required policy applies
-	addr := closedAddr(t)
-	d := diagnose(t, "redis://"+addr)
+	addr := doctortest.ClosedAddr(t)
+	d := doctortest.Diagnose(t, "redis://"+addr)
 	var about []locker.Finding
 	for _, f := range d.Findings {
 		if f.Target != "" {
@@ -206,9 +163,9 @@ func TestDiagnoseUnreachable(t *testing.T) {
 		}
 	}
 	if len(about) != 1 {
-		t.Fatalf("want one finding about the server: %s", show(d))
+		t.Fatalf("want one finding about the server: %s", doctortest.Show(d))
 	}
-	wantStatus(t, about[0], locker.Fail, "unreachable")
+	doctortest.WantStatus(t, about[0], locker.Fail, "unreachable")
 	if about[0].Check != "reachable" || about[0].Target != addr {
 		t.Errorf("finding = %+v, want reachable about %s", about[0], addr)
 	}
@@ -218,35 +175,23 @@ func TestDiagnoseUnreachable(t *testing.T) {
 // answers (a database it does not have) is a failing finding.
 func TestDiagnoseOpenRefuses(t *testing.T) {
 	raw := testenv.Get(t, testenv.RedisURL)
-	d := diagnose(t, raw+"/999")
-	wantStatus(t, finding(t, d, "open", testenv.Hosts(t, raw)[0]), locker.Fail, "database 999 does not exist")
+	d := doctortest.Diagnose(t, raw+"/999")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "open", testenv.Hosts(t, raw)[0]), locker.Fail, "database 999 does not exist")
 }
 
 // TestDiagnoseTTL: the TTL is judged against the backend's range; one
 // that Open refuses fails, and the servers are checked all the same.
 func TestDiagnoseTTL(t *testing.T) {
 	raw := testenv.Get(t, testenv.RedisURL)
-	wantStatus(t, finding(t, diagnose(t, raw), "ttl", ""), locker.Pass, "the TTL 30s is within the backend's range")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, raw), "ttl", ""), locker.Pass, "the TTL 30s is within the backend's range")
 	short := raw + "?ttl=2ms"
 	if l, err := locker.Open(context.Background(), short); err == nil {
 		l.Close()
 		t.Fatalf("Open(%q) succeeded; the case is wrong", short)
 	}
-	d := diagnose(t, short)
-	wantStatus(t, finding(t, d, "ttl", ""), locker.Fail, "TTL 2ms is below this backend's minimum of 5ms")
-	finding(t, d, "reachable", testenv.Hosts(t, raw)[0])
-}
-
-// closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	d := doctortest.Diagnose(t, short)
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "ttl", ""), locker.Fail, "TTL 2ms is below this backend's minimum of 5ms")
+	doctortest.Finding(t, d, "reachable", testenv.Hosts(t, raw)[0])
 }
 
 // TestDiagnoseURLErrors: a URL that Open refuses before it looks at a
@@ -274,7 +219,7 @@ func TestDiagnoseURLErrors(t *testing.T) {
 		}
 		d, err := locker.Diagnose(context.Background(), raw)
 		if err == nil || err.Error() != openErr.Error() {
-			t.Errorf("Diagnose(%q) = %s, %v; want Open's error %v", raw, show(d), err, openErr)
+			t.Errorf("Diagnose(%q) = %s, %v; want Open's error %v", raw, doctortest.Show(d), err, openErr)
 		}
 		if strings.Contains(openErr.Error(), "secret") {
 			t.Errorf("the error shows the password: %v", openErr)

@@ -6,82 +6,28 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/doctortest"
 	"github.com/distlock/locker/internal/testenv"
 )
-
-// diagnose runs locker.Diagnose on raw and fails the test on an error.
-func diagnose(t *testing.T, raw string) locker.Diagnosis {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d, err := locker.Diagnose(ctx, raw)
-	if err != nil {
-		t.Fatalf("Diagnose(%q): %v", raw, err)
-	}
-	return d
-}
-
-// finding returns d's finding of check about target, failing the test if
-// there is none.
-func finding(t *testing.T, d locker.Diagnosis, check, target string) locker.Finding {
-	t.Helper()
-	for _, f := range d.Findings {
-		if f.Check == check && f.Target == target {
-			return f
-		}
-	}
-	t.Fatalf("no %s finding about %q in %s", check, target, show(d))
-	return locker.Finding{}
-}
-
-func show(d locker.Diagnosis) string {
-	var b strings.Builder
-	b.WriteString(d.URL + ":")
-	for _, f := range d.Findings {
-		b.WriteString("\n  [" + f.Status.String() + "] " + f.Check + " " + f.Target + ": " + f.Detail)
-	}
-	return b.String()
-}
-
-// wantStatus checks a finding's status, and that it has a fix exactly
-// when it did not pass.
-func wantStatus(t *testing.T, f locker.Finding, want locker.Status, detail string) {
-	t.Helper()
-	if f.Status != want || !strings.Contains(f.Detail, detail) || (f.Fix == "") != (want == locker.Pass) {
-		t.Errorf("%s %s = [%v] %q (fix %q); want [%v] with %q, and a fix unless it passes", f.Check, f.Target, f.Status, f.Detail, f.Fix, want, detail)
-	}
-}
-
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // TestDiagnoseDevNodes: the development nodes have no failing finding,
 // and each is checked as a Redis server and against node_timeout.
 func TestDiagnoseDevNodes(t *testing.T) {
 	raw := testenv.Get(t, testenv.RedlockURL)
-	d := diagnose(t, raw)
+	d := doctortest.Diagnose(t, raw)
 	if d.Worst() == locker.Fail {
-		t.Errorf("a failing finding on the development nodes: %s", show(d))
+		t.Errorf("a failing finding on the development nodes: %s", doctortest.Show(d))
 	}
 	hosts := testenv.Hosts(t, raw)
 	all := strings.Join(hosts, ",")
-	wantStatus(t, finding(t, d, "quorum", all), locker.Pass, "5 of 5 nodes answer")
-	wantStatus(t, finding(t, d, "independence", all), locker.Pass, "distinct servers")
-	wantStatus(t, finding(t, d, "clock-skew", all), locker.Pass, "drift allowance for the TTL 30s is 302ms")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "quorum", all), locker.Pass, "5 of 5 nodes answer")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "independence", all), locker.Pass, "distinct servers")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "clock-skew", all), locker.Pass, "drift allowance for the TTL 30s is 302ms")
 	for _, h := range hosts {
 		for _, check := range []string{"reachable", "maxmemory-policy", "persistence", "replication", "rtt", "node-timeout"} {
-			finding(t, d, check, h)
+			doctortest.Finding(t, d, check, h)
 		}
 	}
 }
@@ -91,21 +37,21 @@ func TestDiagnoseDevNodes(t *testing.T) {
 // answers.
 func TestDiagnoseDeadNodes(t *testing.T) {
 	hosts := testenv.Hosts(t, testenv.Get(t, testenv.RedlockURL))
-	dead1, dead2 := closedAddr(t), closedAddr(t)
+	dead1, dead2 := doctortest.ClosedAddr(t), doctortest.ClosedAddr(t)
 
 	nodes := []string{hosts[0], hosts[1], dead1}
-	d := diagnose(t, "redlock://"+strings.Join(nodes, ","))
-	wantStatus(t, finding(t, d, "reachable", dead1), locker.Fail, "unreachable")
-	wantStatus(t, finding(t, d, "reachable", hosts[0]), locker.Pass, "answers")
-	wantStatus(t, finding(t, d, "quorum", strings.Join(nodes, ",")), locker.Pass, "2 of 3 nodes answer")
+	d := doctortest.Diagnose(t, "redlock://"+strings.Join(nodes, ","))
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "reachable", dead1), locker.Fail, "unreachable")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "reachable", hosts[0]), locker.Pass, "answers")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "quorum", strings.Join(nodes, ",")), locker.Pass, "2 of 3 nodes answer")
 	if d.Worst() != locker.Fail {
 		t.Errorf("worst = %v with a node down, want fail", d.Worst())
 	}
 
 	nodes = []string{hosts[0], dead1, dead2}
-	d = diagnose(t, "redlock://"+strings.Join(nodes, ","))
-	wantStatus(t, finding(t, d, "quorum", strings.Join(nodes, ",")), locker.Fail, "1 of 3 nodes answer")
-	wantStatus(t, finding(t, d, "clock-skew", strings.Join(nodes, ",")), locker.Warn, "too few")
+	d = doctortest.Diagnose(t, "redlock://"+strings.Join(nodes, ","))
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "quorum", strings.Join(nodes, ",")), locker.Fail, "1 of 3 nodes answer")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "clock-skew", strings.Join(nodes, ",")), locker.Warn, "too few")
 }
 
 // TestDiagnoseNodeCount: fewer than three nodes fail, unless the URL
@@ -113,24 +59,24 @@ func TestDiagnoseDeadNodes(t *testing.T) {
 func TestDiagnoseNodeCount(t *testing.T) {
 	hosts := testenv.Hosts(t, testenv.Get(t, testenv.RedlockURL))
 	two := "redlock://" + strings.Join(hosts[:2], ",")
-	wantStatus(t, finding(t, diagnose(t, two), "nodes", ""), locker.Fail, "2 node(s)")
-	wantStatus(t, finding(t, diagnose(t, two+"?allow_few_nodes=true"), "nodes", ""), locker.Warn, "allow_few_nodes=true")
-	wantStatus(t, finding(t, diagnose(t, "redlock://"+strings.Join(hosts[:4], ",")), "nodes", ""), locker.Warn, "an even number")
-	wantStatus(t, finding(t, diagnose(t, "redlock://"+strings.Join(hosts[:3], ",")), "nodes", ""), locker.Pass, "tolerate 1 failure")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, two), "nodes", ""), locker.Fail, "2 node(s)")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, two+"?allow_few_nodes=true"), "nodes", ""), locker.Warn, "allow_few_nodes=true")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, "redlock://"+strings.Join(hosts[:4], ",")), "nodes", ""), locker.Warn, "an even number")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, "redlock://"+strings.Join(hosts[:3], ",")), "nodes", ""), locker.Pass, "tolerate 1 failure")
 }
 
 // TestDiagnoseTTL: the TTL is judged against Redlock's range and drift
 // rule; one that Open refuses fails.
 func TestDiagnoseTTL(t *testing.T) {
 	raw := testenv.Get(t, testenv.RedlockURL)
-	wantStatus(t, finding(t, diagnose(t, raw+"?min_drift=5ms"), "ttl", ""), locker.Pass, "leaves 29.695s of validity after the clock-drift allowance of 305ms")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, raw+"?min_drift=5ms"), "ttl", ""), locker.Pass, "leaves 29.695s of validity after the clock-drift allowance of 305ms")
 	short := raw + "?ttl=8ms"
 	if l, err := locker.Open(context.Background(), short); err == nil {
 		l.Close()
 		t.Fatalf("Open(%q) succeeded; the case is wrong", short)
 	}
-	wantStatus(t, finding(t, diagnose(t, short), "ttl", ""), locker.Fail, "TTL 8ms is below this backend's minimum of 10ms")
-	wantStatus(t, finding(t, diagnose(t, raw+"?ttl=20ms&min_drift=20ms"), "ttl", ""), locker.Fail, "leaves no validity after the clock-drift allowance")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, short), "ttl", ""), locker.Fail, "TTL 8ms is below this backend's minimum of 10ms")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, raw+"?ttl=20ms&min_drift=20ms"), "ttl", ""), locker.Fail, "leaves no validity after the clock-drift allowance")
 }
 
 // TestDiagnoseSameServerTwice: one server listed under two names is
@@ -139,8 +85,8 @@ func TestDiagnoseSameServerTwice(t *testing.T) {
 	hosts := testenv.Hosts(t, testenv.Get(t, testenv.RedlockURL))
 	_, port, _ := net.SplitHostPort(hosts[0])
 	nodes := []string{hosts[0], hosts[1], net.JoinHostPort("localhost", port)}
-	d := diagnose(t, "redlock://"+strings.Join(nodes, ","))
-	wantStatus(t, finding(t, d, "independence", strings.Join(nodes, ",")), locker.Fail, hosts[0]+" and localhost:"+port+" are one server")
+	d := doctortest.Diagnose(t, "redlock://"+strings.Join(nodes, ","))
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "independence", strings.Join(nodes, ",")), locker.Fail, hosts[0]+" and localhost:"+port+" are one server")
 }
 
 // TestDiagnoseURLErrors: a URL that Open refuses before it looks at a
@@ -165,7 +111,7 @@ func TestDiagnoseURLErrors(t *testing.T) {
 		}
 		d, err := locker.Diagnose(context.Background(), raw)
 		if err == nil || err.Error() != openErr.Error() {
-			t.Errorf("Diagnose(%q) = %s, %v; want Open's error %v", raw, show(d), err, openErr)
+			t.Errorf("Diagnose(%q) = %s, %v; want Open's error %v", raw, doctortest.Show(d), err, openErr)
 		}
 	}
 }
