@@ -229,6 +229,35 @@ func RTTFinding(target string, rtt, ttl time.Duration, how string) Finding {
 	return f
 }
 
+// SizeFinding judges the size of a replicated deployment for the check
+// named check: voters voting members, of which the URL names named. A
+// single member, an even number of them, or a URL that names fewer than
+// all warns, each with its reason and fix; detail (what was found) starts
+// the finding's Detail. member names a member in the backend's words
+// ("member", "server").
+func SizeFinding(check, target, detail string, voters, named int, member string) Finding {
+	f := Finding{Check: check, Target: target, Detail: detail}
+	var issues, fixes []string
+	switch {
+	case voters == 1:
+		issues = append(issues, "a single "+member+": while it is down, no lock can be acquired or refreshed")
+		fixes = append(fixes, fmt.Sprintf("run 3 or 5 %ss", member))
+	case voters%2 == 0:
+		issues = append(issues, fmt.Sprintf("an even number tolerates %d failure(s), no more than %d %ss would", voters-(voters/2+1), voters-1, member))
+		fixes = append(fixes, fmt.Sprintf("use an odd number of voting %ss: %d or %d", member, voters-1, voters+1))
+	}
+	if named < voters {
+		issues = append(issues, fmt.Sprintf("when the %ss the URL names are down, clients cannot reach the others", member))
+		fixes = append(fixes, fmt.Sprintf("list every %s in the URL", member))
+	}
+	if len(issues) > 0 {
+		f.Status = Warn
+		f.Detail += ": " + strings.Join(issues, "; ")
+		f.Fix = strings.Join(fixes, "; ")
+	}
+	return f
+}
+
 // TTLFinding judges the TTL ttl against the range of the driver d (its
 // Capabilities' MinTTL and MaxTTL) and its clock-drift allowance, as Open
 // judges a default TTL, under the check name "ttl". It serves backends

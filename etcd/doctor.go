@@ -185,27 +185,9 @@ func memberCount(ms []*etcdserverpb.Member, hosts []string) locker.Finding {
 		names = append(names, m.Name)
 	}
 	slices.Sort(names)
-	f := locker.Finding{Check: "members", Target: strings.Join(hosts, ","),
-		Detail: fmt.Sprintf("%d voting member(s) (%s) of %d; the URL names %d endpoint(s)", voters, strings.Join(names, ", "), len(ms), len(hosts))}
-	var issues, fixes []string
-	switch {
-	case voters == 1:
-		issues = append(issues, "a single member: while it is down, no lock can be acquired or refreshed")
-		fixes = append(fixes, "run a cluster of 3 or 5 members")
-	case voters%2 == 0:
-		issues = append(issues, fmt.Sprintf("an even number tolerates %d failure(s), no more than %d members would", voters-(voters/2+1), voters-1))
-		fixes = append(fixes, fmt.Sprintf("use an odd number of voting members: %d or %d", voters-1, voters+1))
-	}
-	if len(hosts) < voters {
-		issues = append(issues, "when the endpoints the URL names are down, clients cannot reach the other members")
-		fixes = append(fixes, "list every member's client URL in the URL")
-	}
-	if len(issues) > 0 {
-		f.Status = locker.Warn
-		f.Detail += ": " + strings.Join(issues, "; ")
-		f.Fix = strings.Join(fixes, "; ")
-	}
-	return f
+	return locker.SizeFinding("members", strings.Join(hosts, ","),
+		fmt.Sprintf("%d voting member(s) (%s) of %d; the URL names %d endpoint(s)", voters, strings.Join(names, ", "), len(ms), len(hosts)),
+		voters, len(hosts), "member")
 }
 
 // leader judges whether the members that answer agree on a leader:

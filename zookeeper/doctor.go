@@ -262,29 +262,11 @@ func ensemble(checked []*serverCheck) locker.Finding {
 		f.Fix = "add srvr and mntr to 4lw.commands.whitelist in zoo.cfg, so that the ensemble can be checked"
 		return f
 	}
-	f.Detail = fmt.Sprintf("the ensemble has %d voting member(s); the URL names %d", size, len(checked))
+	detail := fmt.Sprintf("the ensemble has %d voting member(s); the URL names %d", size, len(checked))
 	if leader != "" {
-		f.Detail += "; the leader is " + leader
+		detail += "; the leader is " + leader
 	}
-	var issues, fixes []string
-	switch {
-	case size == 1:
-		issues = append(issues, "a single server: while it is down, no lock can be acquired or refreshed")
-		fixes = append(fixes, "run an ensemble of 3 or 5 servers")
-	case size%2 == 0:
-		issues = append(issues, fmt.Sprintf("an even ensemble tolerates %d failure(s), no more than %d servers would", size-(size/2+1), size-1))
-		fixes = append(fixes, fmt.Sprintf("use an odd number of voting members: %d or %d", size-1, size+1))
-	}
-	if len(checked) < size {
-		issues = append(issues, "when the servers the URL names are down, clients cannot reach the others")
-		fixes = append(fixes, "list every server of the ensemble in the URL")
-	}
-	if len(issues) > 0 {
-		f.Status = locker.Warn
-		f.Detail += ": " + strings.Join(issues, "; ")
-		f.Fix = strings.Join(fixes, "; ")
-	}
-	return f
+	return locker.SizeFinding(f.Check, f.Target, detail, size, len(checked), "server")
 }
 
 // quorum judges how many of the servers the URL names grant a session. A
