@@ -144,6 +144,12 @@ func TestOwnCasesInvalid(t *testing.T) {
 // order; the Report names the run's key prefix.
 func TestSelectAndObserve(t *testing.T) {
 	h := harness(correct)
+	before := conformance.Names()
+	defer func() {
+		if after := conformance.Names(); !slices.Equal(after, before) {
+			t.Errorf("the built-in cases changed: %q, were %q", after, before)
+		}
+	}()
 	picked := []string{"acquire-release", "fencing"}
 	h.Select = func(name string) bool { return slices.Contains(picked, name) }
 	var seen []string

@@ -70,7 +70,7 @@ func TestDiagnoseDevServer(t *testing.T) {
 	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, short), "lease-ttl", ""), locker.Fail, fmt.Sprintf("the TTL %v is below the shortest lease the cluster grants, %v", minTTL-500*time.Millisecond, minTTL))
 
 	one := testenv.Hosts(t, testenv.Get(t, testenv.EtcdClusterURL))[0]
-	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, "etcd://"+one), "members", one), locker.Warn, "the URL names 1 endpoint(s): when the endpoints")
+	doctortest.WantStatus(t, doctortest.Finding(t, doctortest.Diagnose(t, "etcd://"+one), "members", one), locker.Warn, "the URL names 1 endpoint(s): when the members")
 }
 
 // TestDiagnoseUnreachable: a cluster that does not answer is one failing
