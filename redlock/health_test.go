@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -110,38 +109,46 @@ func TestProbeBringsBack(t *testing.T) {
 func TestCloseStopsProbes(t *testing.T) {
 	dead := testenv.StartRedis(t)
 	dead.Stop()
-	var dials atomic.Int64
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var ns []*node
+	var probes *countingConn
 	for i := range 3 {
-		opts := &goredis.Options{Addr: dead.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}
-		if i == 0 {
-			// Below go-redis's dial circuit breaker, whose own prober
-			// would dial once a second until the client closes.
-			opts.PoolSize = 1000
-			opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				dials.Add(1)
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			}
-		} else {
-			opts.Addr = testenv.StartRedis(t).Addr()
+		addr := dead.Addr()
+		if i > 0 {
+			addr = testenv.StartRedis(t).Addr()
 		}
-		c := goredis.NewClient(opts)
+		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 		t.Cleanup(func() { c.Close() })
-		ns = append(ns, newNode(opts.Addr, redisconn.NewGoRedis(c, false), log))
+		var conn redisconn.Conn = redisconn.NewGoRedis(c, false)
+		if i == 0 {
+			probes = &countingConn{Conn: conn}
+			conn = probes
+		}
+		ns = append(ns, newNode(addr, conn, log))
 	}
 	s := defaults
 	s.probeMin, s.probeMax = time.Millisecond, time.Millisecond
 	d := newDriver(ns, s, log)
 	skip(d, 0)
-	testenv.WaitFor(t, 10*time.Second, "a few probes", func() bool { return dials.Load() >= 3 })
+	testenv.WaitFor(t, 10*time.Second, "a few probes", func() bool { return probes.evals.Load() >= 3 })
 	d.Close()
-	after := dials.Load()
+	// Close waits for the prober: every probe it sent began before.
+	after := probes.evals.Load()
 	time.Sleep(50 * time.Millisecond) // some 50 probe periods
-	if n := dials.Load() - after; n != 0 {
-		t.Errorf("%d dials to the skipped node after Close", n)
+	if n := probes.evals.Load() - after; n != 0 {
+		t.Errorf("%d probes of the skipped node after Close", n)
 	}
+}
+
+// countingConn counts the scripts sent through it.
+type countingConn struct {
+	redisconn.Conn
+	evals atomic.Int64
+}
+
+func (c *countingConn) Eval(ctx context.Context, s *redisconn.Script, keys []string, args ...any) (any, error) {
+	c.evals.Add(1)
+	return c.Conn.Eval(ctx, s, keys, args...)
 }
 
 // TestUnreachableBatch: a batched refresh whose every reply failed in
