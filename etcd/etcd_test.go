@@ -27,17 +27,24 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestConformance runs the suite against one etcd member. Every client
-// reaches it through its own proxy, so the crash cases cut a holder off
-// without touching the server.
+// TestConformance runs the suite against one etcd member, and against the
+// three-member cluster, at once (the cases spend their time waiting for
+// TTLs). Every client reaches the members through proxies of its own, so
+// the crash cases cut a holder off without touching the servers.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.EtcdURL)))
-}
-
-// TestConformanceCluster runs the suite against the three-member cluster,
-// each client with one proxy per member.
-func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.EtcdClusterURL)))
+	deployments := []struct{ name, url string }{
+		{"member", testenv.Get(t, testenv.EtcdURL)},
+		{"cluster", testenv.Get(t, testenv.EtcdClusterURL)},
+	}
+	var wg sync.WaitGroup
+	for _, d := range deployments {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(d.name, func(t *testing.T) { conformance.Run(t, conformance.URLHarness(d.url)) })
+		}()
+	}
+	wg.Wait()
 }
 
 // recorder records the events under a prefix from the moment watchPrefix

@@ -28,31 +28,30 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestConformanceGoRedis(t *testing.T) {
-	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisURL)))
-}
-
-func TestConformanceRedigo(t *testing.T) {
-	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisURL)+"?client=redigo"))
-}
-
-// TestConformanceCluster runs the suite against a three-master Redis
-// Cluster. The harness proxies every node the client learns of from the
-// cluster, so Crash cuts a client off from the whole cluster.
-func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisClusterURL)))
-}
-
-// TestConformanceSentinel runs the suite against the master a Sentinel
-// group names: the harness proxies the Sentinels and the master they
-// name.
-func TestConformanceSentinel(t *testing.T) {
-	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisSentinelURL)))
-}
-
-// TestConformanceTLS runs the suite over TLS with client certificates.
-func TestConformanceTLS(t *testing.T) {
-	conformance.Run(t, conformance.URLHarness(testenv.Get(t, testenv.RedisTLSURL)))
+// TestConformance runs the suite against each kind of deployment the redis
+// package opens, all at once (the cases spend their time waiting for
+// TTLs): a single server through go-redis and through redigo, a
+// three-master Cluster (the harness proxies every node the client learns
+// of, so Crash cuts a client off from the whole cluster), the master a
+// Sentinel group names (the harness proxies the Sentinels and that
+// master), and TLS with client certificates.
+func TestConformance(t *testing.T) {
+	deployments := []struct{ name, url string }{
+		{"go-redis", testenv.Get(t, testenv.RedisURL)},
+		{"redigo", testenv.Get(t, testenv.RedisURL) + "?client=redigo"},
+		{"cluster", testenv.Get(t, testenv.RedisClusterURL)},
+		{"sentinel", testenv.Get(t, testenv.RedisSentinelURL)},
+		{"tls", testenv.Get(t, testenv.RedisTLSURL)},
+	}
+	var wg sync.WaitGroup
+	for _, d := range deployments {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(d.name, func(t *testing.T) { conformance.Run(t, conformance.URLHarness(d.url)) })
+		}()
+	}
+	wg.Wait()
 }
 
 // TestURLHarnessTLSName checks that harness clients verify a server's
