@@ -16,6 +16,7 @@ import (
 // backend, a ?prefix=, rediss:// and etcds:// with the test certificates,
 // the Redis Cluster. Its reports say what ran against what.
 func TestCheck(t *testing.T) {
+	t.Parallel() // waits for servers and TTLs, as the others do
 	targets := []struct{ name, env, suffix string }{
 		{"memory-name", "", ""},
 		{"redis", "LOCKER_TEST_REDIS_URL", ""},
@@ -87,6 +88,7 @@ func TestCheck(t *testing.T) {
 // Release does not check the owner (broken://, compiled in with the build
 // tag lockctl_broken), and its reports name the rule that broke.
 func TestCheckBrokenBackend(t *testing.T) {
+	t.Parallel() // waits for servers and TTLs, as the others do
 	bin := filepath.Join(t.TempDir(), "lockctl-broken")
 	if out, err := exec.Command("go", "build", "-tags", "lockctl_broken", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("building lockctl with the broken backend: %v\n%s", err, out)

@@ -88,6 +88,7 @@ func TestDemoText(t *testing.T) {
 // write is rejected where the backend mints fencing tokens, and accepted,
 // with the reason given, on Redlock.
 func TestDemoServers(t *testing.T) {
+	t.Parallel() // waits for servers and TTLs, as the others do
 	forEachServer(t, func(t *testing.T, s server, url string) {
 		r := runLockctl(t, testEnv(t), "demo", "--url", url, "--workers", "3", "--json")
 		if r.code != 0 {

@@ -53,6 +53,7 @@ func redisPing(addr string) bool {
 // Redis that evicts keys (exit 1, naming the policy and the fix), and
 // warns on a replica (exit 0, or 1 with --strict).
 func TestDoctor(t *testing.T) {
+	t.Parallel() // waits for servers and TTLs, as the others do
 	t.Run("dev servers", func(t *testing.T) {
 		forEachServer(t, func(t *testing.T, s server, url string) {
 			r := runLockctl(t, testEnv(t), "doctor", "--json", "--url", url)

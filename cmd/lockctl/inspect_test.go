@@ -16,6 +16,7 @@ import (
 // --yes, then frees the key, so that the run's lock is lost (122); a
 // second one finds nothing to release.
 func TestInspectAndForceRelease(t *testing.T) {
+	t.Parallel() // waits for servers and TTLs, as the others do
 	forEachServer(t, func(t *testing.T, s server, url string) {
 		dir := t.TempDir()
 		logPath, goPath := filepath.Join(dir, "log"), filepath.Join(dir, "go")

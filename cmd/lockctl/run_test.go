@@ -26,6 +26,7 @@ echo "exit $ID" >> "$LOG"`
 // LOCKER_* variables reach the command, and while the key is held
 // --no-wait and an elapsed --wait exit 124.
 func TestRunExclusive(t *testing.T) {
+	t.Parallel() // waits for servers and TTLs, as the others do
 	forEachServer(t, func(t *testing.T, s server, url string) {
 		dir := t.TempDir()
 		logPath, goPath := filepath.Join(dir, "log"), filepath.Join(dir, "go")
@@ -101,6 +102,7 @@ func lockVars(t *testing.T, line string) map[string]string {
 // sends the command SIGTERM, then SIGKILL after --grace to a command
 // that ignores SIGTERM (and to the processes it started), and exits 122.
 func TestRunLockLost(t *testing.T) {
+	t.Parallel() // waits for servers and TTLs, as the others do
 	const (
 		stubborn = `trap "" TERM
 sleep 1000 & echo $! > "$PIDFILE"
