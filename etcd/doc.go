@@ -236,11 +236,13 @@
 // taking turns, in one run of
 //
 //	eval $(scripts/services.sh env)   # from the repository root
-//	cd bench/etcd && go test -run '^$' -bench . -benchtime 2000x -count 2
+//	cd bench/etcd && go test -run '^$' -bench Uncontended -benchtime 10000x -count 2
 //
-// as ratios of uncontended Acquire+Release throughput: locker/mutex 0.985
-// to 1.005, locker/raw 0.936 to 0.940, locker/txns 0.95 to 0.97 (the
-// protocols alone: txns/mutex 1.03 to 1.04, txns/raw 0.97 to 0.98). Run
+// as ratios of uncontended Acquire+Release throughput: locker/mutex 0.985,
+// locker/raw 0.938 to 0.943, locker/txns 0.962 (the protocols alone:
+// txns/mutex 1.024, txns/raw 0.975 to 0.980; the Locker's release must be
+// a compare-and-delete transaction where the raw pair's is a bare delete,
+// which a retried release could make delete a newer holder's entry). Run
 // one after the other instead of taking turns, the Locker spends 25 µs of
 // its 1.15 ms outside its two transactions. A watch running during such
 // short locks costs about 4 points more (locker/mutex 0.95 to 0.97 when
@@ -248,9 +250,10 @@
 // put and delete in the namespace, on the connection the transactions'
 // replies come by. Hence the 100 ms before it starts. Every process
 // sharing a namespace receives every change in it once its watch runs, so
-// give unrelated services namespaces of their own. Handing one key
-// over between eight waiters measured 565 to 607 handoffs a second, p99
-// 3.9 to 4.0 ms (concurrency.Mutex: 80 a second, p90 85 ms).
+// give unrelated services namespaces of their own. Handing one key over
+// between eight waiters (-bench Handoff -benchtime 2000x) measured 653
+// handoffs a second, p99 3.7 ms (concurrency.Mutex: 79 a second, p90
+// 86 ms).
 //
 // # Servers
 //
