@@ -128,18 +128,7 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	} else if caFile != "" || certFile != "" || keyFile != "" {
 		return nil, errors.New("etcd: parameters cacert, cert and key need the etcds:// scheme")
 	}
-	// conformance.URLHarness routes every connection through its proxies;
-	// otherwise gRPC dials as it does by default.
-	var grpcOpts []grpc.DialOption
-	dial := openhook.Dial(ctx)
-	if dial != nil {
-		grpcOpts = append(grpcOpts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return dial(ctx, "tcp", addr)
-		}))
-	} else {
-		var d net.Dialer
-		dial = d.DialContext
-	}
+	dial, grpcOpts := dialer(ctx)
 	if tlsConf != nil {
 		if err := checkTLS(ctx, dial, hosts, tlsConf, dialTimeout); err != nil {
 			return nil, err
@@ -170,6 +159,21 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// dialer returns how the Locker being opened dials: through the hook of
+// conformance.URLHarness, which routes every connection through its
+// proxies, when ctx carries one (with the gRPC option that makes the
+// client use it); otherwise as gRPC does by default.
+func dialer(ctx context.Context) (openhook.DialFunc, []grpc.DialOption) {
+	dial := openhook.Dial(ctx)
+	if dial == nil {
+		var d net.Dialer
+		return d.DialContext, nil
+	}
+	return dial, []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return dial(ctx, "tcp", addr)
+	})}
 }
 
 func tlsConfig(caFile, certFile, keyFile string) (*tls.Config, error) {

@@ -43,12 +43,8 @@ func addCommand(newCmd func(*app) *cobra.Command) {
 // while connecting helps no one.
 const openTimeout = 15 * time.Second
 
-// newRootCmd returns the lockctl command with every subcommand.
-func newRootCmd(a *app) *cobra.Command {
-	root := &cobra.Command{
-		Use:   "lockctl",
-		Short: "Distributed locks from the command line",
-		Long: `lockctl takes distributed locks on any backend of the locker library
+// rootLong is the long help of lockctl.
+const rootLong = `lockctl takes distributed locks on any backend of the locker library
 (memory, Redis, Redlock, ZooKeeper, etcd), chosen by URL.
 
 Which deployment a command talks to, first match wins:
@@ -73,7 +69,14 @@ A profile's ttl applies when the profile is in use: named with --profile,
 or the default one whose url was chosen. Passwords in URLs are shown as
 xxxxx in everything lockctl prints.
 
-Exit codes: see "lockctl help exit-codes".`,
+Exit codes: see "lockctl help exit-codes".`
+
+// newRootCmd returns the lockctl command with every subcommand.
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "lockctl",
+		Short: "Distributed locks from the command line",
+		Long:  rootLong,
 		Example: `  # Show fencing at work, with no server (the embedded memory:// backend):
   lockctl demo
 

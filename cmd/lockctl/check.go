@@ -113,26 +113,14 @@ func (k *checkCmd) run(ctx context.Context) error {
 	if err != nil {
 		return withCode(exitError, err)
 	}
-	// Progress goes where no report does.
-	progress := a.stdout
-	for _, p := range []string{k.jsonPath, k.junit, k.markdown} {
-		if p == "-" {
-			progress = a.stderr
-		}
-	}
+	progress := k.progressWriter()
 	h := conformance.URLHarness(t.url)
 	if sel != nil {
 		h.Select = sel.MatchString
 	}
 	start := time.Now()
 	fmt.Fprintf(progress, "checking %s (URL from %s)\n", redactURL(t.url), t.source)
-	h.Observe = func(p conformance.Progress) {
-		if p.Result == nil {
-			fmt.Fprintf(progress, "[%2d/%d] %-26s ", p.Index, p.Total, p.Case)
-			return
-		}
-		fmt.Fprintf(progress, "%-4s %6s  (%s elapsed)\n", p.Result.Status, p.Result.Elapsed.Round(10*time.Millisecond), time.Since(start).Round(time.Second))
-	}
+	h.Observe = showProgress(progress, start)
 	// The suite cuts clients off on purpose: their warnings (refreshes
 	// that fail, reconnects) are expected, and the report says what broke.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -145,16 +133,8 @@ func (k *checkCmd) run(ctx context.Context) error {
 	fmt.Fprintf(progress, "\n%s", rep.String())
 	fmt.Fprintf(progress, "\nbackend       %s\ncapabilities  %s\nlibrary       %s\nURL           %s\nkeys          under %s (a cut-off client's locks expire with their TTL)\nelapsed       %s\n",
 		cr.Backend, cr.Capabilities, cr.Library, cr.URL, cr.KeyPrefix, cr.Elapsed.Round(time.Second))
-	for _, w := range []struct {
-		path  string
-		write func(io.Writer, checkReport) error
-	}{{k.jsonPath, writeCheckJSON}, {k.junit, writeJUnit}, {k.markdown, writeMarkdown}} {
-		if w.path == "" {
-			continue
-		}
-		if err := writeReport(a.stdout, w.path, cr, w.write); err != nil {
-			return exitf(exitError, "writing the report: %v", err)
-		}
+	if err := k.writeReports(cr); err != nil {
+		return exitf(exitError, "writing the report: %v", err)
 	}
 	switch {
 	case cr.Failed > 0:
@@ -162,6 +142,44 @@ func (k *checkCmd) run(ctx context.Context) error {
 	case err != nil:
 		// Interrupted: some cases did not run.
 		return exitf(exitError, "%v", err)
+	}
+	return nil
+}
+
+// progressWriter is where progress goes: where no report does.
+func (k *checkCmd) progressWriter() io.Writer {
+	for _, p := range []string{k.jsonPath, k.junit, k.markdown} {
+		if p == "-" {
+			return k.app.stderr
+		}
+	}
+	return k.app.stdout
+}
+
+// showProgress returns the Harness.Observe that prints a line per case:
+// its name as it starts, its result and the time so far as it ends.
+func showProgress(w io.Writer, start time.Time) func(conformance.Progress) {
+	return func(p conformance.Progress) {
+		if p.Result == nil {
+			fmt.Fprintf(w, "[%2d/%d] %-26s ", p.Index, p.Total, p.Case)
+			return
+		}
+		fmt.Fprintf(w, "%-4s %6s  (%s elapsed)\n", p.Result.Status, p.Result.Elapsed.Round(10*time.Millisecond), time.Since(start).Round(time.Second))
+	}
+}
+
+// writeReports writes cr to each report file asked for.
+func (k *checkCmd) writeReports(cr checkReport) error {
+	for _, w := range []struct {
+		path  string
+		write func(io.Writer, checkReport) error
+	}{{k.jsonPath, writeCheckJSON}, {k.junit, writeJUnit}, {k.markdown, writeMarkdown}} {
+		if w.path == "" {
+			continue
+		}
+		if err := writeReport(k.app.stdout, w.path, cr, w.write); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -61,22 +61,41 @@ type inspectOutput struct {
 	Detail  map[string]string `json:"detail,omitempty"`
 }
 
-func (a *app) inspect(ctx context.Context, key string) error {
+// inspected is a key as Inspect found it, with the Locker that looked.
+type inspected struct {
+	t target
+	l locker.Locker
+	h locker.Holder
+}
+
+// inspectKey opens a Locker for the resolved URL and inspects key with
+// it, within inspectTimeout. The caller closes the Locker.
+func (a *app) inspectKey(ctx context.Context, key string) (*inspected, error) {
 	t, err := a.resolve("")
 	if err != nil {
-		return withCode(exitError, err)
+		return nil, withCode(exitError, err)
 	}
 	l, err := a.open(ctx, t, locker.WithLogger(a.logger(slog.LevelError)))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer l.Close()
 	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
 	h, err := locker.Inspect(ictx, l, key)
 	if err != nil {
-		return withCode(exitError, err)
+		l.Close()
+		return nil, withCode(exitError, err)
 	}
+	return &inspected{t: t, l: l, h: h}, nil
+}
+
+func (a *app) inspect(ctx context.Context, key string) error {
+	in, err := a.inspectKey(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer in.l.Close()
+	t, l, h := in.t, in.l, in.h
 	out := inspectOutput{URL: redactURL(t.url), Backend: l.Capabilities().Name, Key: key, Held: h.Held, Token: h.Token, Detail: h.Detail}
 	if h.Fenced {
 		out.Fence = &h.Fence
@@ -198,28 +217,21 @@ func (r *releaseCmd) run(ctx context.Context, key string) error {
 	if !r.force {
 		return exitf(exitError, "release takes --force: it frees the key whoever holds it, which breaks mutual exclusion if the holder is alive (see lockctl release --help)")
 	}
-	t, err := a.resolve("")
-	if err != nil {
-		return withCode(exitError, err)
-	}
-	l, err := a.open(ctx, t, locker.WithLogger(a.logger(slog.LevelError)))
+	in, err := a.inspectKey(ctx, key)
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
-	defer cancel()
-	h, err := locker.Inspect(ictx, l, key)
-	if err != nil {
-		return withCode(exitError, err)
-	}
-	holder := describeHolder(h)
+	defer in.l.Close()
+	t, holder := in.t, describeHolder(in.h)
 	if !r.yes {
 		if err := r.confirm(key, holder, t.url); err != nil {
 			return err
 		}
 	}
-	released, err := locker.ForceRelease(ictx, l, key)
+	// A timeout of its own: the confirmation may have taken a while.
+	rctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	released, err := locker.ForceRelease(rctx, in.l, key)
 	out := releaseOutput{URL: redactURL(t.url), Key: key, Released: released, Holder: holder}
 	if err != nil {
 		if !released {

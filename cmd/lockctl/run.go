@@ -46,12 +46,8 @@ type runCmd struct {
 	argv []string // the command and its arguments
 }
 
-func newRunCmd(a *app) *cobra.Command {
-	r := &runCmd{app: a}
-	c := &cobra.Command{
-		Use:   "run [flags] KEY -- COMMAND [ARGS...]",
-		Short: "Run a command while holding a lock, like flock(1) across machines",
-		Long: `Run acquires KEY, runs COMMAND while holding it, and releases it when
+// runLong is the long help of lockctl run.
+const runLong = `Run acquires KEY, runs COMMAND while holding it, and releases it when
 COMMAND ends; lockctl then exits with COMMAND's exit code. The library's
 watchdog refreshes the lock while COMMAND runs, so --ttl bounds how long a
 crashed lockctl blocks others, not how long COMMAND may take.
@@ -84,7 +80,14 @@ delivers SIGINT and SIGHUP to COMMAND itself).
 
 Exit codes: COMMAND's own; 122 lock lost; 124 not acquired (--no-wait,
 --wait); 125 lockctl's own error; 126 COMMAND cannot be run; 127 COMMAND
-not found; 128+N COMMAND killed by signal N. See "lockctl help exit-codes".`,
+not found; 128+N COMMAND killed by signal N. See "lockctl help exit-codes".`
+
+func newRunCmd(a *app) *cobra.Command {
+	r := &runCmd{app: a}
+	c := &cobra.Command{
+		Use:   "run [flags] KEY -- COMMAND [ARGS...]",
+		Short: "Run a command while holding a lock, like flock(1) across machines",
+		Long:  runLong,
 		Example: `  # At most one backup at a time across all machines; wait for the others:
   lockctl run --url redis://10.0.0.5:6379 backups/db -- ./backup.sh --full
 

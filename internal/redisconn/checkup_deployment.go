@@ -66,38 +66,15 @@ func (o ClientOptions) CheckClient(hosts []string) error { return o.check(hosts)
 // sentinels asks every Sentinel for the master's address and returns the
 // one most of them give, or "" if none does.
 func (c Checkup) sentinels(ctx context.Context, hosts []string) (string, []locker.Finding) {
-	so := c.Options
-	so.Username, so.Password = c.Options.Sentinel.Username, c.Options.Sentinel.Password
 	name := c.Options.Sentinel.Master
-	addrs := make([]string, len(hosts))
-	errs := make([]error, len(hosts))
-	var wg sync.WaitGroup
-	for i, h := range hosts {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, OpenTimeout)
-			defer cancel()
-			addrs[i], errs[i] = askSentinel(ctx, h, so, name)
-		})
-	}
-	wg.Wait()
+	addrs, errs := c.askSentinels(ctx, hosts)
 	var fs []locker.Finding
 	votes := map[string][]string{} // master address: the Sentinels that name it
 	for i, h := range hosts {
-		f := locker.Finding{Check: "sentinel", Target: h}
-		switch {
-		case errs[i] != nil:
-			f.Status = locker.Warn
-			f.Detail = errs[i].Error() + ": it takes no part in agreeing on a failover, and clients cannot learn the master from it"
-			f.Fix = "start the Sentinel, or correct its address or the sentinel_user and sentinel_password parameters"
-		case addrs[i] == "":
-			f.Status = locker.Fail
-			f.Detail = fmt.Sprintf("this Sentinel knows no master named %q", name)
-			f.Fix = "correct the master name in the URL's path, or have the Sentinel monitor it"
-		default:
-			f.Detail = fmt.Sprintf("names %s as master %q", addrs[i], name)
+		fs = append(fs, sentinelFinding(h, name, addrs[i], errs[i]))
+		if errs[i] == nil && addrs[i] != "" {
 			votes[addrs[i]] = append(votes[addrs[i]], h)
 		}
-		fs = append(fs, f)
 	}
 	if len(votes) == 0 {
 		return "", append(fs, locker.Finding{
@@ -125,6 +102,44 @@ func (c Checkup) sentinels(ctx context.Context, hosts []string) (string, []locke
 		})
 	}
 	return masters[0], fs
+}
+
+// askSentinels asks every Sentinel in hosts, at once, for the address of
+// the master the URL names.
+func (c Checkup) askSentinels(ctx context.Context, hosts []string) ([]string, []error) {
+	so := c.Options
+	so.Username, so.Password = c.Options.Sentinel.Username, c.Options.Sentinel.Password
+	addrs := make([]string, len(hosts))
+	errs := make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, OpenTimeout)
+			defer cancel()
+			addrs[i], errs[i] = askSentinel(ctx, h, so, c.Options.Sentinel.Master)
+		})
+	}
+	wg.Wait()
+	return addrs, errs
+}
+
+// sentinelFinding judges one Sentinel's answer: addr, the master it
+// names, or err.
+func sentinelFinding(h, name, addr string, err error) locker.Finding {
+	f := locker.Finding{Check: "sentinel", Target: h}
+	switch {
+	case err != nil:
+		f.Status = locker.Warn
+		f.Detail = err.Error() + ": it takes no part in agreeing on a failover, and clients cannot learn the master from it"
+		f.Fix = "start the Sentinel, or correct its address or the sentinel_user and sentinel_password parameters"
+	case addr == "":
+		f.Status = locker.Fail
+		f.Detail = fmt.Sprintf("this Sentinel knows no master named %q", name)
+		f.Fix = "correct the master name in the URL's path, or have the Sentinel monitor it"
+	default:
+		f.Detail = fmt.Sprintf("names %s as master %q", addr, name)
+	}
+	return f
 }
 
 // cluster reads the Cluster's state and membership from the first node
