@@ -22,15 +22,8 @@ func init() {
 // trip, plus the TTL against the backend's range, and the Sentinels' and
 // the Cluster's own state.
 func diagnose(ctx context.Context, u *locker.URL) ([]locker.Finding, error) {
-	allow, err := u.BoolParam("allow_eviction", false)
+	allow, hosts, co, err := readURL(u)
 	if err != nil {
-		return nil, err
-	}
-	hosts, co, err := redisconn.FromRedisURL(u)
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
 	if co.Sentinel == nil && len(hosts) > 1 && co.DB != 0 {

@@ -90,15 +90,8 @@ func newLocker(ctx context.Context, c redisconn.Conn, name string, opts *Options
 // Cluster node gets a Cluster client, as a plain one would be answered
 // MOVED for the keys of the other nodes.
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
-	allow, err := u.BoolParam("allow_eviction", false)
+	allow, hosts, co, err := readURL(u)
 	if err != nil {
-		return nil, err
-	}
-	hosts, co, err := redisconn.FromRedisURL(u)
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
 	co.Dial = openhook.Dial(ctx)
@@ -121,4 +114,18 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// readURL reads every parameter of a redis URL, as open and diagnose both
+// need them: allow_eviction, the hosts and how to connect to them.
+func readURL(u *locker.URL) (allowEviction bool, hosts []string, co redisconn.ClientOptions, err error) {
+	allowEviction, err = u.BoolParam("allow_eviction", false)
+	if err != nil {
+		return false, nil, co, err
+	}
+	hosts, co, err = redisconn.FromRedisURL(u)
+	if err != nil {
+		return false, nil, co, fmt.Errorf("redis: %w", err)
+	}
+	return allowEviction, hosts, co, u.CheckParams()
 }

@@ -23,15 +23,8 @@ func init() {
 // apart their clocks are) and each node as the redis backend
 // checks its server, plus its round trip against node_timeout.
 func diagnose(ctx context.Context, u *locker.URL) ([]locker.Finding, error) {
-	o, err := optionsFromURL(u)
+	o, hosts, co, err := readURL(u)
 	if err != nil {
-		return nil, err
-	}
-	hosts, co, err := redisconn.FromURL(u, u.Scheme == "redlocks")
-	if err != nil {
-		return nil, fmt.Errorf("redlock: %w", err)
-	}
-	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
 	set, err := o.settings()

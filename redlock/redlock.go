@@ -184,15 +184,8 @@ func newLocker(ctx context.Context, conns []redisconn.Conn, addrs []string, opts
 //	    [&allow_few_nodes=true]
 //	redlocks://...[?cacert=ca.pem][&cert=client.pem&key=client-key.pem]
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
-	o, err := optionsFromURL(u)
+	o, hosts, co, err := readURL(u)
 	if err != nil {
-		return nil, err
-	}
-	hosts, co, err := redisconn.FromURL(u, u.Scheme == "redlocks")
-	if err != nil {
-		return nil, fmt.Errorf("redlock: %w", err)
-	}
-	if err := u.CheckParams(); err != nil {
 		return nil, err
 	}
 	co.Dial = openhook.Dial(ctx)
@@ -228,6 +221,23 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// readURL reads every parameter of a redlock URL, as open and diagnose
+// both need them: the options, the nodes and how to connect to them.
+func readURL(u *locker.URL) (Options, []string, redisconn.ClientOptions, error) {
+	o, err := optionsFromURL(u)
+	if err != nil {
+		return Options{}, nil, redisconn.ClientOptions{}, err
+	}
+	hosts, co, err := redisconn.FromURL(u, u.Scheme == "redlocks")
+	if err != nil {
+		return Options{}, nil, redisconn.ClientOptions{}, fmt.Errorf("redlock: %w", err)
+	}
+	if err := u.CheckParams(); err != nil {
+		return Options{}, nil, redisconn.ClientOptions{}, err
+	}
+	return o, hosts, co, nil
 }
 
 // optionsFromURL reads the Redlock parameters of u into Options.
