@@ -255,5 +255,28 @@ func keyText(key string) string {
 	return fmt.Sprintf("%s…(%d bytes)", strconv.Quote(key[:n]), len(key))
 }
 
+// holderText says what l's servers report about key (locker.Inspect),
+// for a message about a key that should be free: who holds it and for
+// how long tells a lock that outlived its TTL from one taken again.
+// It is "" when the backend cannot say.
+func (t *T) holderText(l locker.Locker, key string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), 2*time.Second)
+	defer cancel()
+	h, err := locker.Inspect(ctx, l, key)
+	switch {
+	case errors.Is(err, locker.ErrUnsupported):
+		return ""
+	case err != nil:
+		return fmt.Sprintf("; inspecting it failed: %v", err)
+	case !h.Held:
+		return fmt.Sprintf("; the servers now report it free (%v)", h.Detail)
+	}
+	ttl := "unknown"
+	if h.TTLKnown {
+		ttl = h.TTL.String()
+	}
+	return fmt.Sprintf("; the servers report it held by token %q, TTL left %s (%v)", h.Token, ttl, h.Detail)
+}
+
 // keyPrefix is what the keys of the run start with.
 func (s *suite) keyPrefix() string { return "conformance/" + s.runID + "/" }

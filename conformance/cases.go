@@ -247,7 +247,8 @@ func caseCrashDuringAcquire(t *T) {
 			defer cancel()
 			lk, err := obs.Acquire(ctx, a.key)
 			if err != nil {
-				t.Errorf("key %s still blocked %v after its acquiring client was cut off (TTL %v): %v", keyText(a.key), t.ExpiryBound(t.TTL()), t.TTL(), err)
+				t.Errorf("key %s still blocked %v after its acquiring client was cut off (TTL %v): %v; the cut-off client's Acquire %s%s",
+					keyText(a.key), t.ExpiryBound(t.TTL()), t.TTL(), err, a.outcome, t.holderText(obs, a.key))
 				return
 			}
 			lk.Release(t.Context())
@@ -261,6 +262,7 @@ func caseCrashDuringAcquire(t *T) {
 type crashedAcquire struct {
 	key     string
 	crashed time.Time
+	outcome string // how the Acquire ended, for messages
 }
 
 // run starts the Acquire on c, crashes c offset later (or once the
@@ -275,9 +277,16 @@ func (a *crashedAcquire) run(t *T, c Client, offset time.Duration) {
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
 	done := make(chan struct{})
+	start := time.Now()
+	var outcome string // written before done closes
 	go func() {
 		defer close(done)
-		c.Locker.Acquire(ctx, a.key, locker.WithTTL(t.TTL()))
+		lk, err := c.Locker.Acquire(ctx, a.key, locker.WithTTL(t.TTL()))
+		if err != nil {
+			outcome = fmt.Sprintf("failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		} else {
+			outcome = fmt.Sprintf("succeeded after %v with token %q", time.Since(start).Round(time.Millisecond), lk.Token())
+		}
 	}()
 	timer := time.NewTimer(offset)
 	defer timer.Stop()
@@ -287,12 +296,15 @@ func (a *crashedAcquire) run(t *T, c Client, offset time.Duration) {
 	}
 	c.Crash()
 	a.crashed = time.Now()
+	cut := a.crashed.Sub(start).Round(time.Millisecond)
 	bound := max(t.LongTTL(), limit+closeBound)
 	wait := time.NewTimer(time.Until(a.crashed.Add(bound)))
 	defer wait.Stop()
 	select {
 	case <-done:
+		a.outcome = fmt.Sprintf("(client cut off %v after it started) %s", cut, outcome)
 	case <-wait.C:
+		a.outcome = fmt.Sprintf("(client cut off %v after it started) had not returned", cut)
 		t.Errorf("Acquire did not return within %v of its client being cut off, although its context ended about %v after the cut", bound, t.ExpiryBound(t.TTL()))
 	}
 }
