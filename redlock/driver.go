@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,10 +17,14 @@ import (
 	"github.com/distlock/locker/internal/redisconn"
 )
 
-// holderTTLScript returns the holder's remaining TTL, asked only after a
-// refused round. Release, refresh and TTL run redisconn's scripts, which
-// the redis backend runs too.
-var holderTTLScript = redisconn.NewScript("holder-ttl", "return redis.call('PTTL', KEYS[1])", 1)
+// acquireScript is one node's part of a round: SET NX PX, counting our
+// own token already there as taken, and answering a refusal with the
+// holder's remaining TTL; see scripts/acquire.lua. Release, refresh and
+// TTL run redisconn's scripts, which the redis backend runs too.
+var acquireScript = redisconn.NewScript("redlock-acquire", acquireLua, 1)
+
+//go:embed scripts/acquire.lua
+var acquireLua string
 
 // Names on every node: lock K is the key "redlock:{k:K}", its releases are
 // published on "redlock:{k:K}:released". They differ from the redis
@@ -266,9 +271,9 @@ func (d *driver) nodeErrors(out []outcome) string {
 	return strings.Join(parts, "; ")
 }
 
-// TryAcquire is one round of the Redlock algorithm: SET NX PX (the plain
-// command, the cheapest for the servers) with one token on all nodes at
-// once; the lock is ours when a majority accepted
+// TryAcquire is one round of the Redlock algorithm: SET NX PX with one
+// token on all nodes at once (acquireScript, which also counts a late copy
+// of our own SET as ours); the lock is ours when a majority accepted
 // and validity (TTL - elapsed - drift) is left. Otherwise it is released
 // on every node that did not clearly refuse.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
@@ -280,13 +285,7 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 // a holder that has a majority.
 func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acquisition, split bool, _ error) {
 	start := d.now()
-	out := d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
-		ok, err := n.c.SetNX(ctx, lockKey(req.Key), req.Token, req.TTL)
-		if ok {
-			return 1, err
-		}
-		return 0, err
-	})
+	out := d.fanOut(ctx, acquireScript, req.Key, req.Token, redisconn.Millis(req.TTL))
 	elapsed := d.now().Sub(start)
 	validity := req.TTL - elapsed - d.Drift(req.TTL)
 
@@ -325,7 +324,7 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 			"a majority accepted, but the round took %v of the %v TTL, leaving no validity after the drift allowance of %v%s",
 			elapsed.Round(time.Microsecond), req.TTL, d.Drift(req.TTL), d.failedNodes(out))}
 	case refused >= d.quorum:
-		return backend.Acquisition{}, false, &backend.Busy{Remaining: d.holderTTL(ctx, req.Key, out)}
+		return backend.Acquisition{}, false, &backend.Busy{Remaining: holderTTL(out)}
 	}
 	// A split vote: no client holds a majority. Retry after a random
 	// delay, so that the contenders fall out of step.
@@ -335,27 +334,20 @@ func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acqu
 	}
 }
 
-// holderTTL asks the nodes that refused for the holder's remaining TTL, so
-// that a waiter tries again when a holder that died without releasing
-// expires. It returns the smallest, 1 ms when a refusing node no longer
-// has the key (it expired since it refused: try again now), or 0 when no
-// node tells.
-func (d *driver) holderTTL(ctx context.Context, key string, out []outcome) time.Duration {
-	left := d.fanOut(ctx, holderTTLScript, key)
-	remaining := time.Duration(-1)
-	for i, o := range left {
-		if out[i].err != nil || out[i].n == 1 || o.err != nil || o.n == -1 {
-			continue // not a refusing node, or a key without a TTL (not ours to tell)
+// holderTTL is the holder's remaining TTL as the nodes that refused the
+// round told it, so that a waiter tries again when a holder that died
+// without releasing expires: the smallest, or 0 when no node told.
+func holderTTL(out []outcome) time.Duration {
+	remaining := time.Duration(0)
+	for _, o := range out {
+		if o.err != nil || o.n >= 0 {
+			continue // accepted, failed, or a key without a TTL
 		}
-		// PTTL is -2 for a key that is gone.
-		if l := time.Duration(max(o.n, 1)) * time.Millisecond; remaining < 0 || l < remaining {
+		if l := time.Duration(-o.n) * time.Millisecond; remaining == 0 || l < remaining {
 			remaining = l
 		}
 	}
-	if remaining < 0 {
-		return 0
-	}
-	return max(remaining, time.Millisecond)
+	return remaining
 }
 
 // releaseWhere runs the compare-and-delete on the nodes whose outcome

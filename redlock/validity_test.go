@@ -9,12 +9,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker/backend"
+	"github.com/distlock/locker/conformance"
 	"github.com/distlock/locker/internal/redisconn"
 	"github.com/distlock/locker/internal/testenv"
 )
@@ -49,22 +51,33 @@ func testDriver(t *testing.T, cfg settings) (*driver, []*goredis.Client) {
 // testDriverServers is testDriver, also returning the servers.
 func testDriverServers(t *testing.T, cfg settings) (*driver, []*goredis.Client, []*testenv.Redis) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var ns []*node
-	var cs []*goredis.Client
 	var srv []*testenv.Redis
+	var addrs []string
 	for range 5 {
 		s := testenv.StartRedis(t)
 		srv = append(srv, s)
-		c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+		addrs = append(addrs, s.Addr())
+	}
+	d, cs := driverOn(t, addrs, cfg)
+	return d, cs, srv
+}
+
+// driverOn is a driver over the nodes at addrs, with clients the test can
+// read the nodes through.
+func driverOn(t *testing.T, addrs []string, cfg settings) (*driver, []*goredis.Client) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var ns []*node
+	var cs []*goredis.Client
+	for _, addr := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
-		conn := redisconn.NewGoRedis(c, false)
-		ns = append(ns, newNode(s.Addr(), conn, log))
+		ns = append(ns, newNode(addr, redisconn.NewGoRedis(c, false), log))
 		cs = append(cs, c)
 	}
 	d := newDriver(ns, cfg, log)
 	t.Cleanup(func() { d.Close() })
-	return d, cs, srv
+	return d, cs
 }
 
 var defaults = settings{nodeTimeout: time.Second, driftFactor: 0.01, minDrift: 2 * time.Millisecond, retryDelay: 20 * time.Millisecond}
@@ -193,39 +206,117 @@ func TestSplitVote(t *testing.T) {
 	}
 }
 
-// TestHolderTTLAfterExpiry: the nodes that refused a waiter are asked for
-// the holder's remaining TTL. When the holder's key has expired between the
-// refusal and that question, the waiter must try again at once, not be told
-// "unknown" (0), which makes a waiter with release notices sleep for
-// seconds: an expiry sends no notice.
-func TestHolderTTLAfterExpiry(t *testing.T) {
+// TestHolderTTL: a round refused by a majority tells the waiter how long
+// the holder has left, from the refusals themselves (the smallest a
+// refusing node reports), so that a waiter whose holder died without
+// releasing tries again when it expires; a holder's key without a TTL
+// (not a lock of ours) tells nothing.
+func TestHolderTTL(t *testing.T) {
 	d, cs := testDriver(t, defaults)
 	ctx := context.Background()
-	const key = "expired-holder"
-	// Nodes 0-2 refused (n == 0), 3-4 accepted (n == 1).
-	out := []outcome{{n: 0}, {n: 0}, {n: 0}, {n: 1}, {n: 1}}
-	for i := range 3 {
-		if err := cs[i].Set(ctx, lockKey(key), "holder", time.Minute).Err(); err != nil {
+	for i, ttl := range []time.Duration{time.Minute, 40 * time.Second, time.Minute} {
+		if err := cs[i].Set(ctx, lockKey("held"), "holder", ttl).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := d.holderTTL(ctx, key, out); got < 50*time.Second || got > time.Minute {
-		t.Fatalf("holderTTL with the holder's key on the refusing nodes = %v, want about a minute", got)
-	}
-	// The holder's key on one refusing node expires (or is released)
-	// before the question: that node now tells nothing but that the key
-	// may be free.
-	if err := cs[1].Del(ctx, lockKey(key)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if got := d.holderTTL(ctx, key, out); got != time.Millisecond {
-		t.Errorf("holderTTL with the key gone from a refusing node = %v, want 1ms (try again now)", got)
+	_, _, err := d.round(ctx, backend.Request{Key: "held", Token: "mine", TTL: 10 * time.Second})
+	var busy *backend.Busy
+	if !errors.As(err, &busy) || busy.Remaining < 30*time.Second || busy.Remaining > 40*time.Second {
+		t.Fatalf("round refused by a holder with 40s to 1m left = %v (%+v), want Busy with about 40s", err, busy)
 	}
 	for i := range 3 {
-		cs[i].Del(ctx, lockKey(key))
+		if err := cs[i].Set(ctx, lockKey("forever"), "holder", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got := d.holderTTL(ctx, key, out); got != time.Millisecond {
-		t.Errorf("holderTTL with the key gone from every refusing node = %v, want 1ms", got)
+	_, _, err = d.round(ctx, backend.Request{Key: "forever", Token: "mine", TTL: 10 * time.Second})
+	if !errors.As(err, &busy) || busy.Remaining != 0 {
+		t.Fatalf("round refused by keys without a TTL = %v (%+v), want Busy with Remaining 0 (unknown)", err, busy)
+	}
+}
+
+// TestLateCopyCountsAsOurs drives the reordering that a node timeout
+// allows: a round's SET waits on its connection past the node timeout,
+// the round is undone over another connection, and then the SET lands,
+// leaving a copy of our token that nobody will release. The next round
+// of the same acquisition must count that copy as ours (and set its TTL
+// afresh). Were it refused, two such copies with one node down would
+// leave no majority to anyone until they expired, a whole TTL later.
+func TestLateCopyCountsAsOurs(t *testing.T) {
+	cfg := defaults
+	cfg.nodeTimeout = 300 * time.Millisecond
+	srv := make([]*testenv.Redis, 5)
+	addrs := make([]string, 5)
+	for i := range srv {
+		srv[i] = testenv.StartRedis(t)
+		addrs[i] = srv[i].Addr()
+	}
+	// Nodes 0 and 1 behind proxies that can hold the requests of their
+	// first connection; node 4 down.
+	gate := make(chan struct{})
+	var gated atomic.Bool
+	for i := range 2 {
+		p, err := conformance.NewProxy(addrs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		p.SetConnLatency(func(conn uint64, dir conformance.Direction) time.Duration {
+			if conn == 1 && dir == conformance.Requests && gated.Load() {
+				<-gate
+			}
+			return 0
+		})
+		addrs[i] = p.Addr()
+	}
+	srv[4].Stop()
+	d, cs := driverOn(t, addrs, cfg)
+	ctx := context.Background()
+	// One connection open to each node, which the round's SETs will use,
+	// and the script loaded.
+	warm, _, err := d.round(ctx, backend.Request{Key: "warm-up", Token: "w", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gated.Store(true)
+	req := backend.Request{Key: "late", Token: "mine", TTL: 10 * time.Second}
+	if _, _, err := d.round(ctx, req); err == nil {
+		t.Fatal("a round with two nodes held up and one down succeeded")
+	}
+	// The round has been undone everywhere; now the held SETs land.
+	close(gate)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range 2 {
+		for {
+			v, err := cs[i].Get(ctx, lockKey("late")).Result()
+			if v == "mine" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: the held SET never landed after the undo (%q, %v): the client reused the timed-out connection", i, v, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	acq, _, err := d.round(ctx, req)
+	if err != nil {
+		t.Fatalf("the next round of the same acquisition, with its own late copies on two nodes: %v", err)
+	}
+	for i := range 2 {
+		if ttl := cs[i].PTTL(ctx, lockKey("late")).Val(); ttl <= 0 || ttl > req.TTL {
+			t.Errorf("node %d: the late copy has %v left after the round, want the round's TTL of %v set afresh", i, ttl, req.TTL)
+		}
+	}
+	if err := acq.Held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if n := cs[i].Exists(ctx, lockKey("late")).Val(); n != 0 {
+			t.Errorf("node %d still has the key after Release", i)
+		}
 	}
 }
 

@@ -1,0 +1,24 @@
+-- One node's part of a Redlock round: take the lock for a token.
+-- KEYS[1] lock key; ARGV[1] token, ARGV[2] TTL in ms
+-- Returns 1 when the key now holds our token with the TTL: it was free,
+-- or it held our token already. 0 or less when another token holds it:
+-- minus the holder's remaining ms (at least 1), or 0 when the key has no
+-- TTL (not a lock of ours).
+--
+-- Our token already there is a SET of this acquisition that arrived
+-- late: a round that timed out on this node was undone, and the undo
+-- overtook the SET on another connection. Counting it as ours (and
+-- setting the TTL afresh, so that the round's validity holds) keeps the
+-- late copy from refusing its own acquisition for a whole TTL.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+	return 1
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then
+	return 0
+end
+return -math.max(left, 1)
