@@ -22,13 +22,13 @@
 //
 //  1. Read the clock, t1. Send SET key token NX PX ttl, with one random
 //     token, to every node at once, each bounded by the per-node timeout,
-//     so that a dead or hung node costs that much and not the TTL. It is
-//     sent as a script (scripts/acquire.lua) that also counts our own
-//     token already on the node as taken, setting its TTL afresh: a SET
-//     that outlived its node timeout can land after the round was undone
-//     over another connection, and that copy must not refuse the next
-//     round of its own acquisition. A refusing node answers with the
-//     holder's remaining TTL in the same call.
+//     so that a dead or hung node costs that much and not the TTL. A node
+//     that refuses is asked again by a script (scripts/acquire.lua) that
+//     counts our own token already there as taken, setting its TTL
+//     afresh, and otherwise answers with the holder's remaining TTL: a
+//     SET that outlived its node timeout can land after the round was
+//     undone over another connection, and that copy must not refuse the
+//     next round of its own acquisition.
 //  2. The lock is taken iff a majority (N/2+1) accepted and validity =
 //     TTL - (now - t1) - drift is positive, where drift = TTL x
 //     drift_factor + min_drift allows for clock-rate differences and

@@ -17,10 +17,11 @@ import (
 	"github.com/distlock/locker/internal/redisconn"
 )
 
-// acquireScript is one node's part of a round: SET NX PX, counting our
-// own token already there as taken, and answering a refusal with the
-// holder's remaining TTL; see scripts/acquire.lua. Release, refresh and
-// TTL run redisconn's scripts, which the redis backend runs too.
+// acquireScript is one node's part of a round after a plain SET NX PX
+// was refused: SET NX PX again, counting our own token already there as
+// taken, and answering a refusal with the holder's remaining TTL; see
+// scripts/acquire.lua. Release, refresh and TTL run redisconn's scripts,
+// which the redis backend runs too.
 var acquireScript = redisconn.NewScript("redlock-acquire", acquireLua, 1)
 
 //go:embed scripts/acquire.lua
@@ -272,8 +273,9 @@ func (d *driver) nodeErrors(out []outcome) string {
 }
 
 // TryAcquire is one round of the Redlock algorithm: SET NX PX with one
-// token on all nodes at once (acquireScript, which also counts a late copy
-// of our own SET as ours); the lock is ours when a majority accepted
+// token on all nodes at once (then acquireScript on a node that refused:
+// a late copy of our own SET there counts as ours); the lock is ours when
+// a majority accepted
 // and validity (TTL - elapsed - drift) is left. Otherwise it is released
 // on every node that did not clearly refuse.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
@@ -285,7 +287,15 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 // a holder that has a majority.
 func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acquisition, split bool, _ error) {
 	start := d.now()
-	out := d.fanOut(ctx, acquireScript, req.Key, req.Token, redisconn.Millis(req.TTL))
+	out := d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
+		// The plain command first: it is the cheapest, and all it takes
+		// when the key is free.
+		ok, err := n.c.SetNX(ctx, lockKey(req.Key), req.Token, req.TTL)
+		if ok || err != nil {
+			return 1, err
+		}
+		return redisconn.EvalInt(ctx, n.c, acquireScript, []string{lockKey(req.Key)}, req.Token, redisconn.Millis(req.TTL))
+	})
 	elapsed := d.now().Sub(start)
 	validity := req.TTL - elapsed - d.Drift(req.TTL)
 

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
@@ -39,6 +40,9 @@ type Conn interface {
 	// Cluster (every live shard of a Ring). The error says the client
 	// could not even learn which servers those are.
 	Servers(ctx context.Context) ([]Server, error)
+	// SetNX runs SET key value NX PX ttl (in whole milliseconds, at least
+	// one: see Millis) and reports whether it set the key.
+	SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
 	// Close closes the client if the Locker opened it, else does nothing.
 	Close() error
 }

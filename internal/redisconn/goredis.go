@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -106,6 +107,10 @@ func (p *goredisPubSub) Receive(ctx context.Context) (string, Event, error) {
 // go-redis's PubSub.Close is safe to call while another goroutine receives.
 func (p *goredisPubSub) Interrupt()   { p.ps.Close() }
 func (p *goredisPubSub) Close() error { return p.ps.Close() }
+
+func (g *goredisConn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	return g.c.SetNX(ctx, key, value, time.Duration(Millis(ttl))*time.Millisecond).Result()
+}
 
 func (g *goredisConn) Servers(ctx context.Context) ([]Server, error) {
 	var (

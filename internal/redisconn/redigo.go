@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
 )
@@ -159,6 +160,19 @@ func (p *redigoPubSub) Interrupt() { p.cancel() }
 func (p *redigoPubSub) Close() error {
 	p.cancel()
 	return p.psc.Close()
+}
+
+func (r *redigoConn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	v, err := redigo.DoContext(c, ctx, "SET", key, value, "NX", "PX", Millis(ttl))
+	if err != nil {
+		return false, err
+	}
+	return v != nil, nil // "OK", or nil when the key exists
 }
 
 // Servers is the one server the pool dials; redigo has no cluster client.

@@ -1,4 +1,5 @@
--- One node's part of a Redlock round: take the lock for a token.
+-- One node's part of a Redlock round, after a plain SET NX PX was refused:
+-- take the lock for a token.
 -- KEYS[1] lock key; ARGV[1] token, ARGV[2] TTL in ms
 -- Returns 1 when the key now holds our token with the TTL: it was free,
 -- or it held our token already. 0 or less when another token holds it:
