@@ -175,3 +175,42 @@ func BenchmarkFanOut(b *testing.B) {
 	)
 	b.ReportMetric(float64(lat[2].Quantile(0.5))/float64(lat[0].Quantile(0.5)), "p50-ratio")
 }
+
+// BenchmarkHandoff measures release-to-next-acquire latency with 2 and 8
+// waiters on one key, each with its own Locker.
+func BenchmarkHandoff(b *testing.B) {
+	url := testenv.Get(b, testenv.RedlockURL)
+	for _, waiters := range []int{2, 8} {
+		b.Run(benchkit.WaitersName(waiters), func(b *testing.B) {
+			benchkit.Handoff(b, waiters, func() (locker.Locker, error) {
+				return locker.Open(context.Background(), url)
+			}, "bench-handoff", locker.WithAutoRefresh(false))
+		})
+	}
+}
+
+// BenchmarkDeadNode compares uncontended Acquire+Release on the five test
+// nodes with the same on four of them and a fifth address that refuses
+// connections, taking turns in one run (benchkit.Interleave): the dead
+// node must cost next to nothing, as it is skipped after a few failures.
+// Compare 1-refused-p50-µs with all-up-p50-µs.
+func BenchmarkDeadNode(b *testing.B) {
+	five := hosts(b, testenv.Get(b, testenv.RedlockURL))
+	dead := testenv.StartRedis(b)
+	dead.Stop()
+	withDead := append([]string{dead.Addr()}, five[1:]...)
+	var designs []benchkit.Design
+	for _, tc := range []struct{ name, url string }{
+		{"all-up", "redlock://" + strings.Join(five, ",")},
+		{"1-refused", "redlock://" + strings.Join(withDead, ",")},
+	} {
+		l, err := locker.Open(context.Background(), tc.url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		designs = append(designs, benchkit.Design{Name: tc.name,
+			Op: benchkit.AcquireReleaseOp(l, "bench-dead-node-"+tc.name, locker.WithAutoRefresh(false))})
+	}
+	benchkit.Interleave(b, designs...)
+}
