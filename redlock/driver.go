@@ -58,7 +58,6 @@ type driver struct {
 	stop       context.Context
 	cancelStop context.CancelFunc
 	probeWake  chan struct{}
-	work       *workers // run each node's part of a request
 	// wg counts the goroutines that may still use the clients: requests
 	// that outlived their round, the prober, notifiers closing. Close
 	// waits for them before it closes the clients, so that nothing dials
@@ -89,7 +88,6 @@ func newDriver(nodes []*node, cfg settings, log *slog.Logger) *driver {
 	}
 	d := &driver{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg, log: log, now: time.Now, probeWake: make(chan struct{}, 1)}
 	d.stop, d.cancelStop = context.WithCancel(context.Background())
-	d.work = newWorkers(d.stop.Done())
 	return d
 }
 
@@ -217,11 +215,11 @@ func (t *tally[T]) ask(ctx context.Context, d *driver, op func(ctx context.Conte
 		if t.answered[i] {
 			continue
 		}
-		d.work.do(func() {
+		go func() {
 			defer d.wg.Done()
 			v, err := op(ctx, i)
 			answers <- answer{i, v, err}
-		})
+		}()
 	}
 	for pending := asked; pending > 0; pending-- {
 		select {
