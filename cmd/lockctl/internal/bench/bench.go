@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/conformance"
+)
+
+// Options are what a bench run was asked.
+type Options struct {
+	URLs     []string
+	Settings Settings
+	// TTL of every lock taken (default 30 s).
+	TTL time.Duration
+	// Command is the command line, for the report.
+	Command string
+	// Progress hears of each step as it starts.
+	Progress func(step, steps int, what string)
+}
+
+// Run measures the deployments at o.URLs in the scenarios o.Settings
+// names, and returns the report, targets judged. Designs that cannot be
+// built or opened, and scenarios a backend cannot run, are left out with
+// a note; an error means nothing could be measured at all.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if len(o.URLs) == 0 {
+		return nil, fmt.Errorf("no deployment to measure: give one or more --url")
+	}
+	if o.TTL <= 0 {
+		o.TTL = 30 * time.Second
+	}
+	s := o.Settings
+	rep := &Report{Tool: "lockctl bench", Command: o.Command, Started: time.Now(), Machine: machine(), Settings: s}
+	r := &Runner{Settings: s, TTL: o.TTL, KeyPrefix: "lockctl-bench/" + runID() + "/", Progress: o.Progress}
+
+	var all []Design
+	fanout := map[int][]Design{}
+	for _, raw := range o.URLs {
+		b, designs, sets, cleanup, err := prepare(ctx, raw, s.RTT, r)
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+		rep.Backends = append(rep.Backends, b)
+		all = append(all, designs...)
+		for n, ds := range sets {
+			fanout[n] = append(fanout[n], ds...)
+		}
+	}
+	r.Plan(planSteps(s, all, fanout))
+	for _, sc := range s.Scenarios {
+		if ctx.Err() != nil {
+			break
+		}
+		switch sc {
+		case ScenarioUncontended:
+			r.Uncontended(ctx, all)
+		case ScenarioThroughput:
+			r.Throughput(ctx, all)
+		case ScenarioHotKey:
+			r.HotKey(ctx, all)
+		case ScenarioFreshKeys:
+			r.FreshKeys(ctx, all)
+		case ScenarioFanout:
+			if len(fanout) == 0 {
+				r.notef("fanout: no redlock:// deployment was given")
+				continue
+			}
+			r.Fanout(ctx, fanout)
+		case ScenarioHeldLocks:
+			r.HeldLocks(ctx, all)
+		case ScenarioRecovery:
+			r.notef("recovery: not measured by this version of lockctl bench")
+		default:
+			return nil, fmt.Errorf("unknown scenario %q: want one of %s", sc, strings.Join(Scenarios, ", "))
+		}
+	}
+	rep.Results, rep.Notes = r.Results(), r.Notes()
+	rep.Targets = Judge(rep)
+	rep.Elapsed = time.Since(rep.Started)
+	return rep, ctx.Err()
+}
+
+// prepare opens the deployment at raw once, to learn its backend and
+// capabilities, and builds its designs: the Locker, the raw primitives
+// and the peers, and for Redlock the fan-out sets by node count. With an
+// rtt, every design reaches the servers through proxies that add it.
+func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Backend, []Design, map[int][]Design, func(), error) {
+	cleanup := func() {}
+	url := raw
+	if rtt > 0 {
+		u, proxies, err := conformance.ProxyURL(raw)
+		if err != nil {
+			return Backend{}, nil, nil, nil, err
+		}
+		for _, p := range proxies {
+			p.SetLatency(rtt / 2) // each way
+		}
+		url, cleanup = u, func() {
+			for _, p := range proxies {
+				p.Close()
+			}
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	l, err := locker.Open(octx, url)
+	if err != nil {
+		cleanup()
+		return Backend{}, nil, nil, nil, fmt.Errorf("%s: %w", locker.Redact(raw), err)
+	}
+	caps := l.Capabilities()
+	l.Close()
+	b := Backend{
+		Name: caps.Name, URL: locker.Redact(raw),
+		Fencing: caps.Fencing, FIFO: caps.FIFO, WakeOnRelease: caps.WakeOnRelease, ExpirySlack: caps.ExpirySlack,
+	}
+	designs := designsFor(b.Name, b.Name, url, r)
+	sets := map[int][]Design{}
+	if b.Name == "redlock" {
+		// The node counts the issue of Redlock's cost is argued over:
+		// three, and all that were given.
+		hosts := hostsOf(url)
+		for _, n := range []int{3, len(hosts)} {
+			if n <= len(hosts) && sets[n] == nil {
+				sets[n] = designsFor(fmt.Sprintf("redlock-%d", n), "redlock", withHosts(url, hosts[:n]), r)
+			}
+		}
+	}
+	return b, designs, sets, cleanup, nil
+}
+
+// designsFor is the Locker, raw and peer designs of the kind of backend
+// (redis, redlock, ...) at url, named backend in the results; the ones
+// that cannot be built are left out with a note.
+func designsFor(backend, kind, url string, r *Runner) []Design {
+	ds := []Design{LockerDesign(backend, url)}
+	raws, err := RawDesigns(kind, url)
+	if err != nil {
+		r.notef("%s: no raw design: %v", backend, err)
+	}
+	peers, err := PeerDesigns(kind, url)
+	if err != nil {
+		r.notef("%s: no peer design: %v", backend, err)
+	}
+	for _, d := range append(raws, peers...) {
+		d.Backend = backend
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// hostsOf returns the hosts of a URL's authority: scheme://[user@]h1,h2/...
+func hostsOf(url string) []string {
+	_, rest, _ := strings.Cut(url, "://")
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = rest[i+1:]
+	}
+	return strings.Split(rest, ",")
+}
+
+// withHosts returns url with its hosts replaced by hosts.
+func withHosts(url string, hosts []string) string {
+	scheme, rest, _ := strings.Cut(url, "://")
+	tail := ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest, tail = rest[:i], rest[i:]
+	}
+	user := ""
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		user = rest[:i+1]
+	}
+	return scheme + "://" + user + strings.Join(hosts, ",") + tail
+}
+
+func planSteps(s Settings, all []Design, fanout map[int][]Design) int {
+	n := 0
+	for _, sc := range s.Scenarios {
+		switch sc {
+		case ScenarioThroughput:
+			n += len(s.Clients)
+		case ScenarioHotKey:
+			n += len(s.Waiters)
+		case ScenarioFanout:
+			n += len(fanout)
+		case ScenarioHeldLocks:
+			for _, d := range all {
+				if d.Kind == KindLocker {
+					n++
+				}
+			}
+		case ScenarioRecovery:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+func machine() Machine {
+	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	m.Hostname, _ = os.Hostname()
+	return m
+}
+
+func runID() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ValidScenario reports whether name is a scenario.
+func ValidScenario(name string) bool { return slices.Contains(Scenarios, name) }

@@ -1,0 +1,160 @@
+// Package bench is lockctl bench: it measures lock designs (the locker
+// library's backends, the raw server primitives they are built on, and
+// the peer libraries users would otherwise pick) in scenarios that take
+// turns on one machine, and reports the figures as a Report that renders
+// to a terminal table, JSON, Markdown and a self-contained HTML page.
+package bench
+
+import "time"
+
+// Report is everything one bench run measured, and what it ran on. It is
+// what --json writes and what the other formats render.
+type Report struct {
+	Tool     string    `json:"tool"`    // "lockctl bench" and the library version
+	Command  string    `json:"command"` // the command line, passwords redacted
+	Started  time.Time `json:"started"`
+	Elapsed  Duration  `json:"elapsed"`
+	Machine  Machine   `json:"machine"`
+	Settings Settings  `json:"settings"`
+	// Backends are the deployments measured, one per --url, with what
+	// their servers say of themselves.
+	Backends []Backend `json:"backends"`
+	// Results are the figures, one per scenario, design and parameter
+	// set, in the order they were measured.
+	Results []Result `json:"results"`
+	// Targets are the project's targets, each judged met or missed from
+	// Results, with why when missed.
+	Targets []Target `json:"targets"`
+	// Notes are what the run wants the reader to know: a design that
+	// could not run, a scenario skipped for a backend, and why.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Duration is a time.Duration; in JSON, a whole number of nanoseconds.
+type Duration = time.Duration
+
+// Machine is the machine the run measured on.
+type Machine struct {
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	CPUs      int    `json:"cpus"`
+	GoVersion string `json:"go_version"`
+	Hostname  string `json:"hostname,omitempty"`
+}
+
+// Settings are the run's parameters.
+type Settings struct {
+	Scenarios []string `json:"scenarios"`
+	Duration  Duration `json:"duration"` // per design and parameter set
+	Clients   []int    `json:"clients"`  // swept in throughput
+	Waiters   []int    `json:"waiters"`  // swept in hot-key
+	RTT       Duration `json:"rtt"`      // added round-trip time, 0 for none
+	HeldLocks int      `json:"held_locks"`
+	HeldTTL   Duration `json:"held_ttl"` // TTL of the held locks, held for two of it
+}
+
+// Backend is one deployment named by a --url.
+type Backend struct {
+	Name    string `json:"name"`    // the backend: redis, redlock, zookeeper, etcd, memory
+	URL     string `json:"url"`     // redacted
+	Servers string `json:"servers"` // what the servers report of their version, where known
+	// Capabilities as the Locker reports them.
+	Fencing       bool     `json:"fencing"`
+	FIFO          bool     `json:"fifo"`
+	WakeOnRelease bool     `json:"wake_on_release"`
+	ExpirySlack   Duration `json:"expiry_slack"`
+}
+
+// Kinds of design.
+const (
+	KindLocker = "locker" // this library
+	KindRaw    = "raw"    // the server primitives alone, no library
+	KindPeer   = "peer"   // another library
+)
+
+// Result is one design measured in one scenario with one set of
+// parameters.
+type Result struct {
+	Scenario string `json:"scenario"`
+	Backend  string `json:"backend"`
+	Design   string `json:"design"` // e.g. "locker", "raw", "redsync", "concurrency.Mutex"
+	Kind     string `json:"kind"`   // KindLocker, KindRaw or KindPeer
+	// Params are the scenario's parameters for this result: clients,
+	// keys, waiters, nodes, locks.
+	Params map[string]int `json:"params,omitempty"`
+	RTT    Duration       `json:"rtt"`
+
+	Ops      int64     `json:"ops"`    // operations completed
+	Errors   int64     `json:"errors"` // operations that failed
+	Elapsed  Duration  `json:"elapsed"`
+	PerSec   float64   `json:"per_sec"` // ops (or handoffs) per second
+	Unit     string    `json:"unit"`    // what PerSec counts: "ops" or "handoffs"
+	Latency  Latency   `json:"latency"` // of one operation, or of a handoff
+	Fairness *Fairness `json:"fairness,omitempty"`
+	Recovery *Recovery `json:"recovery,omitempty"`
+	Memory   *Memory   `json:"memory,omitempty"`
+	// FirstError is the first error an operation returned, if any.
+	FirstError string `json:"first_error,omitempty"`
+}
+
+// Latency is a latency distribution from an HDR histogram.
+type Latency struct {
+	Count int64    `json:"count"`
+	Mean  Duration `json:"mean"`
+	P50   Duration `json:"p50"`
+	P90   Duration `json:"p90"`
+	P99   Duration `json:"p99"`
+	P999  Duration `json:"p999"`
+	Max   Duration `json:"max"`
+	// Percentiles is the distribution for charts: the latency at each
+	// percentile of a fixed ladder (see Ladder).
+	Percentiles []Point `json:"percentiles,omitempty"`
+}
+
+// Point is the latency at a percentile.
+type Point struct {
+	Percentile float64  `json:"percentile"`
+	Value      Duration `json:"value"`
+}
+
+// Fairness says how evenly a hot key went round its waiters.
+type Fairness struct {
+	MaxMin      float64  `json:"max_min"`      // most acquisitions by one waiter over the fewest (1 is fair; -1 when one starved)
+	Starved     int      `json:"starved"`      // waiters that never got the lock
+	LongestWait Duration `json:"longest_wait"` // the longest a waiter waited for one acquisition
+}
+
+// Recovery is how long a waiter took to get a lock whose holder was
+// killed (SIGKILL) while it waited.
+type Recovery struct {
+	TTL         Duration `json:"ttl"`
+	ExpirySlack Duration `json:"expiry_slack"`
+	Bound       Duration `json:"bound"` // TTL + ExpirySlack + one round trip
+	Rounds      int      `json:"rounds"`
+	Within      int      `json:"within"` // rounds that recovered within Bound
+}
+
+// Memory is what holding many locks at once costs the client.
+type Memory struct {
+	Locks         int      `json:"locks"`
+	TTL           Duration `json:"ttl"`
+	Held          Duration `json:"held"`       // how long they were all held, refreshed by the watchdog
+	Lost          int      `json:"lost"`       // locks whose Lost closed while held
+	HeapBytes     uint64   `json:"heap_bytes"` // live heap growth while holding them
+	BytesPerLock  float64  `json:"bytes_per_lock"`
+	Goroutines    int      `json:"goroutines"`      // goroutine growth while holding them
+	AcquireSecond float64  `json:"acquire_per_sec"` // how fast they were taken
+}
+
+// Target is one of the project's targets, judged from the results.
+type Target struct {
+	Name    string `json:"name"`
+	Backend string `json:"backend"`
+	Want    string `json:"want"`
+	Got     string `json:"got"`
+	Met     bool   `json:"met"`
+	// Measured is false when the results to judge it were not taken
+	// (the scenario or the design did not run): then Met means nothing.
+	Measured bool   `json:"measured"`
+	Why      string `json:"why,omitempty"`
+}

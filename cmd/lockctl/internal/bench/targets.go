@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+)
+
+// Judge returns the project's targets for the backends in rep, each met
+// or missed from rep.Results, or not measured when the results to judge
+// it are missing. A missed target says why where the figures tell.
+func Judge(rep *Report) []Target {
+	var ts []Target
+	for _, b := range rep.Backends {
+		ts = append(ts, uncontendedTargets(rep, b.Name)...)
+		ts = append(ts, hotKeyTargets(rep, b.Name)...)
+		ts = append(ts, heldLocksTarget(rep, b.Name))
+	}
+	return ts
+}
+
+// find returns the result of design kind (and name, if not "") in
+// scenario on backend with the given params, or nil.
+func find(rep *Report, scenario, backend, kind, name string, params map[string]int) *Result {
+	for i := range rep.Results {
+		res := &rep.Results[i]
+		if res.Scenario != scenario || res.Backend != backend || res.Kind != kind || (name != "" && res.Design != name) {
+			continue
+		}
+		if sameParams(res.Params, params) {
+			return res
+		}
+	}
+	return nil
+}
+
+func sameParams(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// bestPeer returns the peer result with the highest rate.
+func bestPeer(rep *Report, scenario, backend string, params map[string]int) *Result {
+	var best *Result
+	for i := range rep.Results {
+		res := &rep.Results[i]
+		if res.Scenario == scenario && res.Backend == backend && res.Kind == KindPeer && sameParams(res.Params, params) && res.Ops > 0 {
+			if best == nil || res.PerSec > best.PerSec {
+				best = res
+			}
+		}
+	}
+	return best
+}
+
+func notMeasured(name, backend, want, why string) Target {
+	return Target{Name: name, Backend: backend, Want: want, Why: why}
+}
+
+// ratioTarget judges locker.PerSec / base.PerSec >= want.
+func ratioTarget(name, backend string, lk, base *Result, want float64, baseName string) Target {
+	wantText := fmt.Sprintf("at least %.2fx %s", want, baseName)
+	if lk == nil || base == nil || lk.Ops == 0 || base.PerSec == 0 {
+		return notMeasured(name, backend, wantText, "the scenario or one of the designs did not run")
+	}
+	ratio := lk.PerSec / base.PerSec
+	t := Target{Name: name, Backend: backend, Want: wantText, Measured: true, Met: ratio >= want,
+		Got: fmt.Sprintf("%.3fx (%.0f against %.0f %s/s; p50 %v against %v)", ratio, lk.PerSec, base.PerSec, lk.Unit, lk.Latency.P50, base.Latency.P50)}
+	if !t.Met {
+		t.Why = fmt.Sprintf("the Locker's p99 is %v against %v; see the package docs of the backend for what the Locker does beyond %s", lk.Latency.P99, base.Latency.P99, baseName)
+	}
+	return t
+}
+
+func uncontendedTargets(rep *Report, backend string) []Target {
+	lk := find(rep, ScenarioUncontended, backend, KindLocker, "", nil)
+	var ts []Target
+	if raw := find(rep, ScenarioUncontended, backend, KindRaw, "", nil); raw != nil || backend != "memory" {
+		ts = append(ts, ratioTarget("uncontended vs raw", backend, lk, raw, 0.95, "the raw primitives"))
+	}
+	if peer := bestPeer(rep, ScenarioUncontended, backend, nil); peer != nil {
+		ts = append(ts, ratioTarget("uncontended vs best peer", backend, lk, peer, 1.0, peer.Design))
+	} else if backend != "memory" {
+		ts = append(ts, notMeasured("uncontended vs best peer", backend, "at least 1.00x the best peer", "no peer design ran"))
+	}
+	return ts
+}
+
+func hotKeyTargets(rep *Report, backend string) []Target {
+	two := map[string]int{"waiters": 2}
+	lk := find(rep, ScenarioHotKey, backend, KindLocker, "", two)
+	switch backend {
+	case "redis", "redlock":
+		want := "p50 at most 1ms and at least 300 handoffs/s with 2 waiters"
+		if lk == nil || lk.Ops == 0 {
+			return []Target{notMeasured("hot key", backend, want, "the hot-key scenario with 2 waiters did not run")}
+		}
+		t := Target{Name: "hot key", Backend: backend, Want: want, Measured: true,
+			Got: fmt.Sprintf("p50 %v, %.0f handoffs/s", lk.Latency.P50, lk.PerSec)}
+		t.Met = lk.Latency.P50 <= time.Millisecond && lk.PerSec >= 300
+		if !t.Met {
+			t.Why = "handoffs ride on release notices; a slow handoff means a notice was late or lost and the waiter fell back to the holder's TTL"
+		}
+		return []Target{t}
+	case "zookeeper", "etcd":
+		want := "at least the peer's handoffs/s and no worse p99, with 2 waiters"
+		peer := bestPeer(rep, ScenarioHotKey, backend, two)
+		if lk == nil || peer == nil || lk.Ops == 0 || peer.PerSec == 0 {
+			return []Target{notMeasured("hot key vs peer", backend, want, "the hot-key scenario or the peer did not run")}
+		}
+		t := Target{Name: "hot key vs peer", Backend: backend, Want: want, Measured: true,
+			Got: fmt.Sprintf("%.3fx %s's handoffs/s; p99 %v against %v", lk.PerSec/peer.PerSec, peer.Design, lk.Latency.P99, peer.Latency.P99)}
+		t.Met = lk.PerSec >= peer.PerSec && lk.Latency.P99 <= peer.Latency.P99
+		if !t.Met {
+			t.Why = "both wait for the same server notification (a watch) after the release; on a loaded machine the two are within noise of each other"
+		}
+		return []Target{t}
+	}
+	return nil
+}
+
+func heldLocksTarget(rep *Report, backend string) Target {
+	want := "none lost, goroutines not growing with the count, at most 1 KiB of client heap per lock"
+	for i := range rep.Results {
+		res := &rep.Results[i]
+		if res.Scenario != ScenarioHeldLocks || res.Backend != backend || res.Memory == nil || res.Memory.Locks == 0 {
+			continue
+		}
+		m := res.Memory
+		t := Target{Name: "held locks", Backend: backend, Want: want, Measured: true,
+			Got: fmt.Sprintf("%d held for %v at TTL %v: %d lost, %d goroutines added, %.0f B per lock", m.Locks, m.Held.Round(time.Second), m.TTL, m.Lost, m.Goroutines, m.BytesPerLock)}
+		// A constant few goroutines (the watchdog, a lease or session
+		// loop) are the design; one per lock is not.
+		t.Met = m.Lost == 0 && m.Goroutines < 64 && m.BytesPerLock <= 1024
+		if !t.Met {
+			t.Why = "see the scale figures in the backend's package doc"
+		}
+		return t
+	}
+	return notMeasured("held locks", backend, want, "the held-locks scenario did not run")
+}
