@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distlock/locker/cmd/lockctl/internal/bench"
+)
+
+func init() { addCommand(newBenchCmd) }
+
+// benchCmd is one `lockctl bench`.
+type benchCmd struct {
+	app       *app
+	urls      []string
+	scenarios []string
+	duration  time.Duration
+	clients   []int
+	waiters   []int
+	rtt       time.Duration
+	heldLocks int
+	heldTTL   time.Duration
+	out       string
+}
+
+func newBenchCmd(a *app) *cobra.Command {
+	b := &benchCmd{app: a}
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Compare backends, raw server primitives and peer libraries on this machine",
+		Long: `Bench measures each deployment a --url names, side by side in one run:
+this library's Locker, the raw server primitives it is built on (the floor
+the server sets), and the peer libraries one would otherwise use
+(go-redsync/redsync and bsm/redislock on Redis, redsync on Redlock, etcd's
+concurrency.Mutex, go-zookeeper's zk.Lock). Designs take turns (one
+operation each, in a shuffled order, or in rotating slices when many
+clients run at once), so that noise on the machine hits them alike; every
+figure is also a ratio to the raw primitives and the best peer.
+
+Scenarios (--scenario, default all):
+  uncontended  one client, Acquire+Release back to back: ops/s, p50/p99/p999
+  throughput   N clients on N distinct keys, N swept by --clients
+  hot-key      N waiters on one key (--waiters): handoff latency (release to
+               the next holder's acquire), handoffs/s, fairness
+  fresh-keys   every acquisition on a key never locked before
+  fanout       Redlock on 3 nodes and on all given, against the raw fan-out
+  held-locks   --held-locks locks held at once for two of their TTLs
+               (--held-ttl): locks lost, client heap per lock, goroutines
+  recovery     (not measured by this version)
+
+Latencies go into HDR histograms. The summary goes to standard output (a
+table, or JSON with --json); --out DIR also writes report.json,
+report.md and a self-contained report.html there. --rtt adds a round-trip
+delay through a proxy in front of every server, as a network would: loopback
+hides what a design's extra round trips cost. Keys start with
+lockctl-bench/<random>/, so a run is safe on a shared deployment.`,
+		Example: `  # Every backend of the test servers (make services-up), 2 s per design:
+  lockctl bench --url redis://127.0.0.1:27000 --url etcd://127.0.0.1:23379 --out /tmp/bench
+
+  # Redlock's fan-out with 1 ms of round trip added:
+  lockctl bench --url redlock://h1:6379,h2:6379,h3:6379,h4:6379,h5:6379 --scenario fanout --rtt 1ms
+
+  # A quick look, with a JSON summary:
+  lockctl bench --url zookeeper://127.0.0.1:2181 --scenario uncontended,hot-key --duration 500ms --json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return b.run(c.Context(), c) },
+	}
+	f := c.Flags()
+	f.StringArrayVar(&b.urls, "url", nil, "a deployment to measure; repeat for several (else the URL lockctl --help describes)")
+	f.StringSliceVar(&b.scenarios, "scenario", bench.Scenarios, "scenarios to run, comma-separated: "+strings.Join(bench.Scenarios, ", "))
+	f.DurationVar(&b.duration, "duration", 2*time.Second, "how long each design runs in each scenario and parameter set")
+	f.IntSliceVar(&b.clients, "clients", []int{1, 4, 16, 64}, "client counts swept by the throughput scenario")
+	f.IntSliceVar(&b.waiters, "waiters", []int{2, 8, 32}, "waiter counts swept by the hot-key scenario")
+	f.DurationVar(&b.rtt, "rtt", 0, "round-trip time to add in front of every server (e.g. 500us, 2ms)")
+	f.IntVar(&b.heldLocks, "held-locks", 10000, "locks held at once in the held-locks scenario (100000 for the scale target)")
+	f.DurationVar(&b.heldTTL, "held-ttl", 3*time.Second, "TTL of the locks of the held-locks scenario, held for two of them")
+	f.StringVar(&b.out, "out", "", "directory to write report.json, report.md and report.html to")
+	return c
+}
+
+func (b *benchCmd) settings() (bench.Settings, error) {
+	s := bench.Settings{Scenarios: b.scenarios, Duration: b.duration, Clients: b.clients, Waiters: b.waiters, RTT: b.rtt, HeldLocks: b.heldLocks, HeldTTL: b.heldTTL}
+	for _, sc := range s.Scenarios {
+		if !bench.ValidScenario(sc) {
+			return s, fmt.Errorf("--scenario %q: want one of %s", sc, strings.Join(bench.Scenarios, ", "))
+		}
+	}
+	switch {
+	case s.Duration <= 0:
+		return s, fmt.Errorf("--duration %v: want a positive duration", s.Duration)
+	case s.RTT < 0:
+		return s, fmt.Errorf("--rtt %v: want zero or a positive duration", s.RTT)
+	case s.HeldLocks <= 0:
+		return s, fmt.Errorf("--held-locks %d: want a positive count", s.HeldLocks)
+	case s.HeldTTL <= 0:
+		return s, fmt.Errorf("--held-ttl %v: want a positive duration", s.HeldTTL)
+	}
+	for _, n := range append(append([]int(nil), s.Clients...), s.Waiters...) {
+		if n <= 0 || n > 10000 {
+			return s, fmt.Errorf("--clients and --waiters take counts from 1 to 10000, not %d", n)
+		}
+	}
+	return s, nil
+}
+
+func (b *benchCmd) run(ctx context.Context, c *cobra.Command) error {
+	s, err := b.settings()
+	if err != nil {
+		return exitf(exitError, "%v", err)
+	}
+	urls := b.urls
+	if len(urls) == 0 {
+		t, err := b.app.resolve("")
+		if err != nil {
+			return exitf(exitError, "%v", err)
+		}
+		urls = []string{t.url}
+	}
+	if b.out != "" {
+		if err := os.MkdirAll(b.out, 0o755); err != nil {
+			return exitf(exitError, "--out: %v", err)
+		}
+	}
+	start := time.Now()
+	rep, err := bench.Run(ctx, bench.Options{
+		URLs: urls, Settings: s, Command: commandLine(c),
+		Progress: func(step, steps int, what string) {
+			fmt.Fprintf(b.app.stderr, "[%2d/%d %s] %s\n", step, steps, time.Since(start).Round(time.Second), what)
+		},
+	})
+	if rep == nil {
+		return exitf(exitError, "%v", err)
+	}
+	if err != nil {
+		rep.Notes = append(rep.Notes, "the run was cut short: "+err.Error())
+	}
+	if b.out != "" {
+		if err := writeReports(b.out, rep); err != nil {
+			return exitf(exitError, "--out: %v", err)
+		}
+	}
+	if b.app.json {
+		return writeJSON(b.app.stdout, rep)
+	}
+	if err := bench.WriteText(b.app.stdout, rep); err != nil {
+		return err
+	}
+	if b.out != "" {
+		fmt.Fprintf(b.app.stdout, "\nReports: %s\n", filepath.Join(b.out, "report.{json,md,html}"))
+	}
+	return nil
+}
+
+// commandLine is the command as typed, passwords in URLs redacted.
+func commandLine(c *cobra.Command) string {
+	args := []string{"lockctl"}
+	for _, a := range os.Args[1:] {
+		flag, url, ok := strings.Cut(a, "=")
+		switch {
+		case !strings.Contains(a, "://"):
+			args = append(args, a)
+		case ok && strings.HasPrefix(flag, "-") && strings.Contains(url, "://"):
+			args = append(args, flag+"="+redactURL(url))
+		default:
+			args = append(args, redactURL(a))
+		}
+	}
+	if len(os.Args) <= 1 {
+		args = append(args, c.Name())
+	}
+	return strings.Join(args, " ")
+}
+
+// writeReports writes the report in every format to dir.
+func writeReports(dir string, rep *bench.Report) error {
+	for name, write := range map[string]func(io.Writer, *bench.Report) error{
+		"report.json": func(w io.Writer, r *bench.Report) error { return writeJSON(w, r) },
+		"report.md":   bench.WriteMarkdown,
+		"report.html": bench.WriteHTML,
+	} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		err = write(f, rep)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/distlock/locker/cmd/lockctl/internal/bench"
+)
+
+// TestBench runs a short bench against every test server in one
+// invocation, as make bench does at length, and checks the report's
+// structure: every scenario produced figures for every backend and
+// design kind it applies to, the targets are judged, and every format is
+// written. It checks no speed: that is make bench's to measure.
+func TestBench(t *testing.T) {
+	t.Parallel()
+	out := t.TempDir()
+	args := []string{"bench", "--duration", "150ms", "--clients", "1,4", "--waiters", "2", "--held-locks", "300", "--held-ttl", "1s", "--out", out, "--json"}
+	var names []string
+	for _, s := range servers {
+		args = append(args, "--url", serverURL(t, s.env))
+		names = append(names, s.name)
+	}
+	r := runLockctl(t, testEnv(t), args...)
+	wantCode(t, r, 0)
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, r.stdout)
+	}
+	for _, sc := range []string{"uncontended", "throughput", "hot-key", "fresh-keys", "fanout", "held-locks"} {
+		if !strings.Contains(r.stderr, sc+":") {
+			t.Errorf("the progress does not mention %s:\n%s", sc, r.stderr)
+		}
+	}
+	type cell struct{ scenario, backend, kind string }
+	got := map[cell]int{}
+	for _, res := range rep.Results {
+		if res.Ops == 0 || res.PerSec <= 0 || res.Latency.P50 <= 0 {
+			t.Errorf("%s %s %s %v: no figures (errors %d: %s)", res.Scenario, res.Backend, res.Design, res.Params, res.Errors, res.FirstError)
+		}
+		got[cell{res.Scenario, res.Backend, res.Kind}]++
+	}
+	for _, b := range names {
+		for _, sc := range []string{"uncontended", "fresh-keys"} {
+			for _, kind := range []string{bench.KindLocker, bench.KindRaw, bench.KindPeer} {
+				if got[cell{sc, b, kind}] == 0 {
+					t.Errorf("%s: no %s result on %s", sc, kind, b)
+				}
+			}
+		}
+		for _, kind := range []string{bench.KindLocker, bench.KindRaw, bench.KindPeer} {
+			// Clients 1 and 4, for each design of the kind.
+			if n := got[cell{"throughput", b, kind}]; n < 2 || n%2 != 0 {
+				t.Errorf("throughput: %d %s results on %s, want 2 per design (clients 1 and 4)", n, kind, b)
+			}
+		}
+		if got[cell{"hot-key", b, bench.KindLocker}] != 1 || got[cell{"hot-key", b, bench.KindPeer}] == 0 {
+			t.Errorf("hot-key on %s: %d locker and %d peer results", b, got[cell{"hot-key", b, bench.KindLocker}], got[cell{"hot-key", b, bench.KindPeer}])
+		}
+		if got[cell{"held-locks", b, bench.KindLocker}] != 1 {
+			t.Errorf("held-locks: no result on %s", b)
+		}
+	}
+	for _, n := range []string{"redlock-3", "redlock-5"} {
+		if got[cell{"fanout", n, bench.KindLocker}] != 1 || got[cell{"fanout", n, bench.KindRaw}] != 1 {
+			t.Errorf("fanout: no locker and raw results on %s", n)
+		}
+	}
+	measured := 0
+	for _, tg := range rep.Targets {
+		if tg.Measured {
+			measured++
+		}
+	}
+	if measured == 0 {
+		t.Errorf("no target was measured: %+v", rep.Targets)
+	}
+	for _, f := range []string{"report.json", "report.md", "report.html"} {
+		data, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil || len(data) == 0 {
+			t.Errorf("%s: %v (%d bytes)", f, err, len(data))
+		}
+		if f == "report.html" && !strings.Contains(string(data), "<svg") {
+			t.Errorf("report.html has no chart")
+		}
+	}
+}
+
+func TestBenchErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--url", "memory://", "--scenario", "warp"}, `--scenario "warp"`},
+		{[]string{"bench", "--url", "memory://", "--duration", "0s"}, "--duration"},
+		{[]string{"bench", "--url", "memory://", "--clients", "0"}, "--clients"},
+		{[]string{"bench", "--url", "nosuch://x", "--scenario", "uncontended"}, "nosuch"},
+	} {
+		r := runApp(t, nil, tc.args...)
+		wantCode(t, r, exitError, tc.want)
+	}
+}
