@@ -78,7 +78,7 @@ lockctl-bench/<random>/, so a run is safe on a shared deployment.`,
 	f.DurationVar(&b.duration, "duration", 2*time.Second, "how long each design runs in each scenario and parameter set")
 	f.IntSliceVar(&b.clients, "clients", []int{1, 4, 16, 64}, "client counts swept by the throughput scenario")
 	f.IntSliceVar(&b.waiters, "waiters", []int{2, 8, 32}, "waiter counts swept by the hot-key scenario")
-	f.DurationVar(&b.rtt, "rtt", 0, "round-trip time to add in front of every server (e.g. 500us, 2ms)")
+	f.DurationVar(&b.rtt, "rtt", 0, "round-trip time to add in front of every server (e.g. 500us, 2ms); the report notes what this machine's timers make of it")
 	f.IntVar(&b.heldLocks, "held-locks", 10000, "locks held at once in the held-locks scenario (100000 for the scale target)")
 	f.DurationVar(&b.heldTTL, "held-ttl", 3*time.Second, "TTL of the locks of the held-locks scenario, held for two of them")
 	f.StringVar(&b.out, "out", "", "directory to write report.json, report.md and report.html to")

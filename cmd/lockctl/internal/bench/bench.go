@@ -56,6 +56,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			fanout[n] = append(fanout[n], ds...)
 		}
 	}
+	if s.RTT > 0 {
+		r.notef("--rtt %v: the proxies delay each direction by %v, which this machine's timers stretch to about %v: the round trip added is about %v",
+			s.RTT, s.RTT/2, sleepTakes(s.RTT/2), 2*sleepTakes(s.RTT/2))
+	}
 	r.Plan(planSteps(s, all, fanout))
 	for _, sc := range s.Scenarios {
 		if ctx.Err() != nil {
@@ -207,6 +211,18 @@ func planSteps(s Settings, all []Design, fanout map[int][]Design) int {
 		}
 	}
 	return n
+}
+
+// sleepTakes is how long a sleep of d takes on this machine: timers round
+// short sleeps up (to about a millisecond on some virtual machines), and
+// the proxies of --rtt sleep.
+func sleepTakes(d time.Duration) time.Duration {
+	const n = 20
+	start := time.Now()
+	for range n {
+		time.Sleep(d)
+	}
+	return (time.Since(start) / n).Round(10 * time.Microsecond)
 }
 
 func machine() Machine {

@@ -162,3 +162,28 @@ func TestURLHosts(t *testing.T) {
 		t.Fatalf("withHosts = %q", got)
 	}
 }
+
+// TestRTT: --rtt puts its delay in front of every design's server: an
+// Acquire+Release (two round trips at least) takes at least two of it,
+// and the report says what the machine's timers made of it.
+func TestRTT(t *testing.T) {
+	url := serverURL(t, envRedis)
+	const rtt = 2 * time.Millisecond
+	rep, err := Run(context.Background(), Options{URLs: []string{url}, Settings: Settings{
+		Scenarios: []string{ScenarioUncontended}, Duration: 50 * time.Millisecond, RTT: rtt,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) < 2 {
+		t.Fatalf("results = %+v, want the locker, raw and peer designs", rep.Results)
+	}
+	for _, res := range rep.Results {
+		if res.Ops == 0 || res.Latency.P50 < 2*rtt || res.RTT != rtt {
+			t.Errorf("%s with --rtt %v: %d ops, p50 %v, RTT %v; want a p50 of at least two round trips", res.Design, rtt, res.Ops, res.Latency.P50, res.RTT)
+		}
+	}
+	if !strings.Contains(strings.Join(rep.Notes, "\n"), "--rtt 2ms") {
+		t.Errorf("notes do not describe the added round trip: %q", rep.Notes)
+	}
+}
