@@ -133,3 +133,49 @@ func BenchmarkHandoff(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTurns compares, taking turns one operation at a time
+// (benchkit.Interleave) so that the machine's noise hits all alike: the
+// raw pair (SET NX PX, then EVALSHA of compare-and-delete), the Locker's
+// own two scripts sent directly ("scripts": acquire.lua minting the
+// fence, release.lua publishing the notice), a Locker opened from a URL
+// as an application opens it ("open"), and one built on the same client
+// as the raw pair ("new"). Read "open/raw" and "new/raw": the Locker's
+// throughput relative to the raw pair; "scripts/raw" is what the
+// protocol itself costs, "new/scripts" what the Locker's code adds.
+func BenchmarkTurns(b *testing.B) {
+	url := testenv.Get(b, testenv.RedisURL)
+	c := goredis.NewClient(&goredis.Options{Addr: hostOf(b, url)})
+	defer c.Close()
+	ctx := context.Background()
+	sha, err := c.ScriptLoad(ctx, rawRelease).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int
+	raw := func(ctx context.Context) error {
+		n++
+		token := fmt.Sprint(n)
+		if err := c.SetNX(ctx, "bench-turns-raw", token, 30*time.Second).Err(); err != nil {
+			return err
+		}
+		return c.EvalSha(ctx, sha, []string{"bench-turns-raw"}, token).Err()
+	}
+	d, err := redis.New(c, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	o, err := locker.Open(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	noRefresh := locker.WithAutoRefresh(false)
+	benchkit.Interleave(b,
+		benchkit.Design{Name: "raw", Op: raw},
+		benchkit.Design{Name: "scripts", Op: redis.ScriptsOp(c, "bench-turns-scripts")},
+		benchkit.Design{Name: "new", Op: benchkit.AcquireReleaseOp(d, "bench-turns-new", noRefresh)},
+		benchkit.Design{Name: "open", Op: benchkit.AcquireReleaseOp(o, "bench-turns-open", noRefresh)},
+	)
+}
