@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -28,6 +29,8 @@ type benchCmd struct {
 	heldLocks int
 	heldTTL   time.Duration
 	out       string
+
+	recoveryRounds int
 }
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -53,7 +56,9 @@ Scenarios (--scenario, default all):
   fanout       Redlock on 3 nodes and on all given, against the raw fan-out
   held-locks   --held-locks locks held at once for two of their TTLs
                (--held-ttl): locks lost, client heap per lock, goroutines
-  recovery     (not measured by this version)
+  recovery     a holder process ("lockctl run") killed with SIGKILL while a
+               waiter waits: the time until the waiter holds the lock,
+               against TTL + ExpirySlack + one round trip
 
 Latencies go into HDR histograms. The summary goes to standard output (a
 table, or JSON with --json); --out DIR also writes report.json,
@@ -81,12 +86,13 @@ lockctl-bench/<random>/, so a run is safe on a shared deployment.`,
 	f.DurationVar(&b.rtt, "rtt", 0, "round-trip time to add in front of every server (e.g. 500us, 2ms); the report notes what this machine's timers make of it")
 	f.IntVar(&b.heldLocks, "held-locks", 10000, "locks held at once in the held-locks scenario (100000 for the scale target)")
 	f.DurationVar(&b.heldTTL, "held-ttl", 3*time.Second, "TTL of the locks of the held-locks scenario, held for two of them")
+	f.IntVar(&b.recoveryRounds, "recovery-rounds", 3, "holders the recovery scenario kills per deployment")
 	f.StringVar(&b.out, "out", "", "directory to write report.json, report.md and report.html to")
 	return c
 }
 
 func (b *benchCmd) settings() (bench.Settings, error) {
-	s := bench.Settings{Scenarios: b.scenarios, Duration: b.duration, Clients: b.clients, Waiters: b.waiters, RTT: b.rtt, HeldLocks: b.heldLocks, HeldTTL: b.heldTTL}
+	s := bench.Settings{Scenarios: b.scenarios, Duration: b.duration, Clients: b.clients, Waiters: b.waiters, RTT: b.rtt, HeldLocks: b.heldLocks, HeldTTL: b.heldTTL, RecoveryRounds: b.recoveryRounds}
 	for _, sc := range s.Scenarios {
 		if !bench.ValidScenario(sc) {
 			return s, fmt.Errorf("--scenario %q: want one of %s", sc, strings.Join(bench.Scenarios, ", "))
@@ -99,6 +105,8 @@ func (b *benchCmd) settings() (bench.Settings, error) {
 		return s, fmt.Errorf("--rtt %v: want zero or a positive duration", s.RTT)
 	case s.HeldLocks <= 0:
 		return s, fmt.Errorf("--held-locks %d: want a positive count", s.HeldLocks)
+	case s.RecoveryRounds <= 0:
+		return s, fmt.Errorf("--recovery-rounds %d: want a positive count", s.RecoveryRounds)
 	case s.HeldTTL <= 0:
 		return s, fmt.Errorf("--held-ttl %v: want a positive duration", s.HeldTTL)
 	}
@@ -130,7 +138,7 @@ func (b *benchCmd) run(ctx context.Context, c *cobra.Command) error {
 	}
 	start := time.Now()
 	rep, err := bench.Run(ctx, bench.Options{
-		URLs: urls, Settings: s, Command: commandLine(c),
+		URLs: urls, Settings: s, Command: commandLine(c), Holder: holderCommand,
 		Progress: func(step, steps int, what string) {
 			fmt.Fprintf(b.app.stderr, "[%2d/%d %s] %s\n", step, steps, time.Since(start).Round(time.Second), what)
 		},
@@ -156,6 +164,19 @@ func (b *benchCmd) run(ctx context.Context, c *cobra.Command) error {
 		fmt.Fprintf(b.app.stdout, "\nReports: %s\n", filepath.Join(b.out, "report.{json,md,html}"))
 	}
 	return nil
+}
+
+// holderCommand is the holder the recovery scenario kills: this very
+// lockctl, running "lockctl run" on key, printing a line once it holds it.
+func holderCommand(url, key string, ttl time.Duration) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	cmd := exec.Command(exe, "run", "--url", url, "--ttl", ttl.String(), key, "--", "sh", "-c", "echo held; exec sleep 600")
+	// Only the URL given: no profile or $LOCKER_URL of the user's.
+	cmd.Env = append(os.Environ(), "LOCKER_URL=")
+	return cmd
 }
 
 // commandLine is the command as typed, passwords in URLs redacted.

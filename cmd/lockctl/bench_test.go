@@ -18,7 +18,7 @@ import (
 func TestBench(t *testing.T) {
 	t.Parallel()
 	out := t.TempDir()
-	args := []string{"bench", "--duration", "150ms", "--clients", "1,4", "--waiters", "2", "--held-locks", "300", "--held-ttl", "1s", "--out", out, "--json"}
+	args := []string{"bench", "--duration", "150ms", "--clients", "1,4", "--waiters", "2", "--held-locks", "300", "--held-ttl", "1s", "--recovery-rounds", "1", "--out", out, "--json"}
 	var names []string
 	for _, s := range servers {
 		args = append(args, "--url", serverURL(t, s.env))
@@ -30,7 +30,7 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, r.stdout)
 	}
-	for _, sc := range []string{"uncontended", "throughput", "hot-key", "fresh-keys", "fanout", "held-locks"} {
+	for _, sc := range []string{"uncontended", "throughput", "hot-key", "fresh-keys", "fanout", "held-locks", "recovery"} {
 		if !strings.Contains(r.stderr, sc+":") {
 			t.Errorf("the progress does not mention %s:\n%s", sc, r.stderr)
 		}
@@ -62,6 +62,9 @@ func TestBench(t *testing.T) {
 		}
 		if got[cell{"held-locks", b, bench.KindLocker}] != 1 {
 			t.Errorf("held-locks: no result on %s", b)
+		}
+		if got[cell{"recovery", b, bench.KindLocker}] != 1 {
+			t.Errorf("recovery: no result on %s", b)
 		}
 	}
 	for _, n := range []string{"redlock-3", "redlock-5"} {

@@ -25,6 +25,8 @@ type Options struct {
 	Command string
 	// Progress hears of each step as it starts.
 	Progress func(step, steps int, what string)
+	// Holder runs the holders the recovery scenario kills.
+	Holder HolderCommand
 }
 
 // Run measures the deployments at o.URLs in the scenarios o.Settings
@@ -40,18 +42,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	s := o.Settings
 	rep := &Report{Tool: "lockctl bench", Command: o.Command, Started: time.Now(), Machine: machine(), Settings: s}
-	r := &Runner{Settings: s, TTL: o.TTL, KeyPrefix: "lockctl-bench/" + runID() + "/", Progress: o.Progress}
+	r := &Runner{Settings: s, TTL: o.TTL, KeyPrefix: "lockctl-bench/" + runID() + "/", Progress: o.Progress, Holder: o.Holder}
 
 	var all []Design
+	var recovering []recoveryTarget
 	fanout := map[int][]Design{}
 	for _, raw := range o.URLs {
-		b, designs, sets, cleanup, err := prepare(ctx, raw, s.RTT, r)
+		b, url, designs, sets, cleanup, err := prepare(ctx, raw, s.RTT, r)
 		if err != nil {
 			return nil, err
 		}
 		defer cleanup()
 		rep.Backends = append(rep.Backends, b)
 		all = append(all, designs...)
+		recovering = append(recovering, recoveryTarget{backend: b, url: url})
 		for n, ds := range sets {
 			fanout[n] = append(fanout[n], ds...)
 		}
@@ -83,7 +87,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		case ScenarioHeldLocks:
 			r.HeldLocks(ctx, all)
 		case ScenarioRecovery:
-			r.notef("recovery: not measured by this version of lockctl bench")
+			r.Recovery(ctx, recovering)
 		default:
 			return nil, fmt.Errorf("unknown scenario %q: want one of %s", sc, strings.Join(Scenarios, ", "))
 		}
@@ -97,14 +101,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // prepare opens the deployment at raw once, to learn its backend and
 // capabilities, and builds its designs: the Locker, the raw primitives
 // and the peers, and for Redlock the fan-out sets by node count. With an
-// rtt, every design reaches the servers through proxies that add it.
-func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Backend, []Design, map[int][]Design, func(), error) {
+// rtt, every design reaches the servers through proxies that add it, at
+// the URL it returns.
+func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Backend, string, []Design, map[int][]Design, func(), error) {
 	cleanup := func() {}
 	url := raw
 	if rtt > 0 {
 		u, proxies, err := conformance.ProxyURL(raw)
 		if err != nil {
-			return Backend{}, nil, nil, nil, err
+			return Backend{}, "", nil, nil, nil, err
 		}
 		for _, p := range proxies {
 			p.SetLatency(rtt / 2) // each way
@@ -120,7 +125,7 @@ func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Bac
 	l, err := locker.Open(octx, url)
 	if err != nil {
 		cleanup()
-		return Backend{}, nil, nil, nil, fmt.Errorf("%s: %w", locker.Redact(raw), err)
+		return Backend{}, "", nil, nil, nil, fmt.Errorf("%s: %w", locker.Redact(raw), err)
 	}
 	caps := l.Capabilities()
 	l.Close()
@@ -140,7 +145,7 @@ func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Bac
 			}
 		}
 	}
-	return b, designs, sets, cleanup, nil
+	return b, url, designs, sets, cleanup, nil
 }
 
 // designsFor is the Locker, raw and peer designs of the kind of backend
@@ -199,13 +204,12 @@ func planSteps(s Settings, all []Design, fanout map[int][]Design) int {
 			n += len(s.Waiters)
 		case ScenarioFanout:
 			n += len(fanout)
-		case ScenarioHeldLocks:
+		case ScenarioHeldLocks, ScenarioRecovery:
 			for _, d := range all {
 				if d.Kind == KindLocker {
 					n++
 				}
 			}
-		case ScenarioRecovery:
 		default:
 			n++
 		}

@@ -51,6 +51,9 @@ type Settings struct {
 	RTT       Duration `json:"rtt"`      // added round-trip time, 0 for none
 	HeldLocks int      `json:"held_locks"`
 	HeldTTL   Duration `json:"held_ttl"` // TTL of the held locks, held for two of it
+	// RecoveryRounds is how many holders the recovery scenario kills
+	// per deployment.
+	RecoveryRounds int `json:"recovery_rounds"`
 }
 
 // Backend is one deployment named by a --url.

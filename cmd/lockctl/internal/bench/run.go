@@ -34,6 +34,9 @@ type Runner struct {
 	// Progress, when set, hears of each step as it starts: step of
 	// steps, and what it measures.
 	Progress func(step, steps int, what string)
+	// Holder runs the holders the recovery scenario kills; without it,
+	// the scenario is left out with a note.
+	Holder HolderCommand
 
 	step, steps int
 	results     []Result

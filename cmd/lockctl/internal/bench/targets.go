@@ -14,6 +14,9 @@ func Judge(rep *Report) []Target {
 		ts = append(ts, uncontendedTargets(rep, b.Name)...)
 		ts = append(ts, hotKeyTargets(rep, b.Name)...)
 		ts = append(ts, heldLocksTarget(rep, b.Name))
+		if b.Name != "memory" {
+			ts = append(ts, recoveryGoal(rep, b.Name))
+		}
 	}
 	return ts
 }
@@ -144,4 +147,25 @@ func heldLocksTarget(rep *Report, backend string) Target {
 		return t
 	}
 	return notMeasured("held locks", backend, want, "the held-locks scenario did not run")
+}
+
+func recoveryGoal(rep *Report, backend string) Target {
+	want := "every round within TTL + ExpirySlack + one round trip"
+	var res *Result
+	for i := range rep.Results {
+		if r := &rep.Results[i]; r.Scenario == ScenarioRecovery && r.Backend == backend && r.Recovery != nil {
+			res = r
+		}
+	}
+	if res == nil || res.Recovery == nil || res.Recovery.Rounds == 0 {
+		return notMeasured("recovery", backend, want, "the recovery scenario did not run")
+	}
+	rec := res.Recovery
+	t := Target{Name: "recovery", Backend: backend, Want: want, Measured: true,
+		Got: fmt.Sprintf("%d of %d rounds within %v (TTL %v + slack %v + round trip); slowest %v", rec.Within, rec.Rounds, rec.Bound.Round(time.Millisecond), rec.TTL, rec.ExpirySlack, res.Latency.Max)}
+	t.Met = rec.Within == rec.Rounds && res.Errors == 0
+	if !t.Met {
+		t.Why = "a waiter learns of an expiry by the holder's TTL it was told, or by polling; see the backend's package doc"
+	}
+	return t
 }
