@@ -8,14 +8,18 @@
 # make services-up    start the servers for development (then:
 #                     eval $$(scripts/services.sh env))
 # make services-down  stop them
-# make bench          benchmarks against running servers (make services-up first)
+# make bench          lockctl bench: every backend against the raw server
+#                     primitives and the peer libraries, every scenario; starts
+#                     and stops its own servers; report in bench-report/
+# make bench-go       the packages' Go benchmarks and bench/*/ against running
+#                     servers (make services-up first)
 # make torture        the randomized fault test on every backend, 3 minutes
 #                     each (LOCKER_TORTURE_DURATION, LOCKER_TORTURE_SEEDS,
 #                     FAULTTEST_SEED to replay a failure's seed)
 
 GO ?= go
 
-.PHONY: test torture example lockctl demo services-up services-down install vet test-short bench
+.PHONY: test torture example lockctl demo services-up services-down install vet test-short bench bench-go
 
 test:
 	scripts/test.sh
@@ -51,9 +55,12 @@ vet:
 test-short:
 	$(GO) test -race -count=1 ./...
 
+bench:
+	scripts/bench.sh
+
 # The library's benchmarks, then the peer comparisons in bench/*/ (modules
 # of their own, so that peer libraries stay out of the library's go.mod).
-bench:
+bench-go:
 	. $${LOCKER_SERVICES_DIR:-/tmp/locker-services}/env && \
 		LOCKER_HELD_SIZES=$${LOCKER_HELD_SIZES:-10000,100000} \
 		$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./... && \

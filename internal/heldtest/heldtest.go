@@ -6,7 +6,7 @@
 // the requests per second the servers received meanwhile.
 //
 // The held-lock test (every backend, 10,000 locks, under make test) and the
-// held-lock benchmark (10,000 and 100,000 locks, make bench) both run it.
+// held-lock benchmark (10,000 and 100,000 locks, make bench-go) both run it.
 package heldtest
 
 import (

@@ -106,14 +106,14 @@ func TestHeld10k(t *testing.T) {
 // BenchmarkHeld holds N locks per backend for three refresh periods, at
 // the default TTL and at 3 s, and reports locks lost, goroutines, client
 // heap per lock and server requests per second. N comes from
-// $LOCKER_HELD_SIZES (comma-separated; make bench sets 10000,100000).
+// $LOCKER_HELD_SIZES (comma-separated; make bench-go sets 10000,100000).
 // Without it the benchmark skips: a run holds the default TTL's locks for
 // 30 s per backend, too long for make test's brief benchmark pass, and
 // TestHeld10k runs the same harness there.
 func BenchmarkHeld(b *testing.B) {
 	v := os.Getenv("LOCKER_HELD_SIZES")
 	if v == "" {
-		b.Skip("LOCKER_HELD_SIZES is not set (make bench sets 10000,100000)")
+		b.Skip("LOCKER_HELD_SIZES is not set (make bench-go sets 10000,100000)")
 	}
 	var sizes []int
 	for _, f := range strings.Split(v, ",") {
