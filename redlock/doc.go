@@ -45,7 +45,19 @@
 //  4. A waiter tries again when any node publishes a release, when the
 //     holder's TTL runs out, and after a split vote (no client won a
 //     majority) after a random delay in [retry_delay/2, retry_delay], so
-//     that contenders fall out of step instead of splitting again.
+//     that contenders fall out of step instead of splitting again. A
+//     release notice wakes every waiter at once, and rounds started
+//     together split the vote: a waiter woken by one first asks the
+//     first node that is not skipped alone, whose SET NX lets exactly one
+//     waiter through to a whole round and tells the others the new
+//     holder's TTL (a waiter woken by a TTL or a poll asks every node at
+//     once, in case that node kept a copy nobody holds). Each split vote
+//     also widens a random delay the waiter adds after a notice, up to 8
+//     retry delays, and each round another waiter won cleanly narrows it.
+//     With 8 and 32 waiters on one key this took handoffs from 205 and
+//     12.6 a second (11 of 32 waiters starved) to 660-770 and 235-270, none
+//     starved (lockctl bench --scenario hot-key; TestWaitersGoThroughTheGate
+//     counts the rounds).
 //  5. Refresh runs compare-and-PEXPIRE on every node and counts only if a
 //     majority extended the lock within the new validity. Release runs
 //     compare-and-delete on every node; it returns ErrNotHeld when a

@@ -283,19 +283,51 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	return acq, err
 }
 
+// take is one node's part of a round: 1 when the key is ours there, else
+// minus the holder's remaining ms (0 when unknown).
+func take(ctx context.Context, n *node, req backend.Request) (int64, error) {
+	// The plain command first: it is the cheapest, and all it takes when
+	// the key is free.
+	ok, err := n.c.SetNX(ctx, lockKey(req.Key), req.Token, req.TTL)
+	if ok || err != nil {
+		return 1, err
+	}
+	return redisconn.EvalInt(ctx, n.c, acquireScript, []string{lockKey(req.Key)}, req.Token, redisconn.Millis(req.TTL))
+}
+
+// gatedRound is a waiter's round. A release notice wakes every waiter at
+// once, and rounds started together split the vote, so that nobody wins:
+// instead, every waiter first asks the same node, the first that is not
+// skipped, alone. That node's SET NX lets exactly one through; the others
+// learn the key is taken, with the new holder's TTL, at the cost of one
+// request. The one let through then runs the whole round, where that
+// node counts its own token as taken. If the gate fails to answer, the
+// whole round runs as usual.
+func (d *driver) gatedRound(ctx context.Context, req backend.Request) (backend.Acquisition, bool, error) {
+	for _, n := range d.nodes {
+		if n.skipped() != nil {
+			continue
+		}
+		if !d.begin(1) {
+			return backend.Acquisition{}, false, backend.ErrClosed
+		}
+		gctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
+		v, err := take(gctx, n, req)
+		cancel()
+		d.wg.Done()
+		if err == nil && v < 1 {
+			return backend.Acquisition{}, false, &backend.Busy{Remaining: time.Duration(-v) * time.Millisecond}
+		}
+		break
+	}
+	return d.round(ctx, req)
+}
+
 // round is TryAcquire, also reporting a split vote: no node answered with
 // a holder that has a majority.
 func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acquisition, split bool, _ error) {
 	start := d.now()
-	out := d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
-		// The plain command first: it is the cheapest, and all it takes
-		// when the key is free.
-		ok, err := n.c.SetNX(ctx, lockKey(req.Key), req.Token, req.TTL)
-		if ok || err != nil {
-			return 1, err
-		}
-		return redisconn.EvalInt(ctx, n.c, acquireScript, []string{lockKey(req.Key)}, req.Token, redisconn.Millis(req.TTL))
-	})
+	out := d.each(ctx, func(ctx context.Context, n *node) (int64, error) { return take(ctx, n, req) })
 	elapsed := d.now().Sub(start)
 	validity := req.TTL - elapsed - d.Drift(req.TTL)
 
@@ -389,8 +421,16 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	unanswered := 0 // rounds in a row that reached no majority
+	// spread is how far apart this waiter's rounds should fall from the
+	// other waiters': a release notice wakes every waiter at once, and
+	// when they all start a round together the rounds split the vote and
+	// nobody wins. It grows with each split vote and shrinks with each
+	// round another waiter won cleanly, so that one waiter alone retries
+	// at once and a crowd spreads itself out.
+	var spread time.Duration
+	round := d.round // the first round: no other waiter to fall in step with
 	for {
-		acq, split, err := d.round(ctx, req)
+		acq, split, err := round(ctx, req)
 		var nq *noQuorumError
 		if errors.As(err, &nq) && unanswered < noQuorumRetries {
 			// Perhaps a burst of new connections on a loaded machine:
@@ -413,10 +453,39 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 			// the waiter polls, so a release in between is not missed.
 			w = d.watch(ctx, req.Key)
 		}
-		if err := d.waitTurn(ctx, w, timer, busy, split); err != nil {
+		if split {
+			spread = min(max(2*spread, d.cfg.retryDelay/2), maxSpread*d.cfg.retryDelay)
+			busy.Remaining += jitter(spread)
+		} else {
+			spread /= 2
+		}
+		woken, err := d.waitTurn(ctx, w, timer, busy, split)
+		if err == nil && woken && spread > 0 {
+			timer.Reset(jitter(spread))
+			err = awaitTimer(ctx, timer)
+		}
+		// A notice woke every waiter: go through the gate. Without one
+		// (the holder's TTL ran out, a poll), a copy the gate node kept
+		// may be all that refuses: ask every node at once.
+		round = d.round
+		if woken {
+			round = d.gatedRound
+		}
+		if err != nil {
 			return backend.Acquisition{}, err
 		}
 	}
+}
+
+// maxSpread bounds a waiter's spread, in retry delays.
+const maxSpread = 8
+
+// jitter is a random duration in [0, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
 }
 
 // waitTurn waits, after a round that found the key busy, for a release
@@ -424,7 +493,8 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 // notices are not sure to reach us, for a short poll interval. After a
 // split vote a notice does not end the wait early: the other contender got
 // the same notice, and retrying in step with it would split the vote again.
-func (d *driver) waitTurn(ctx context.Context, w *watch, timer *time.Timer, busy *backend.Busy, split bool) error {
+// It reports whether a notice ended the wait.
+func (d *driver) waitTurn(ctx context.Context, w *watch, timer *time.Timer, busy *backend.Busy, split bool) (woken bool, _ error) {
 	wait := busy.Remaining
 	if wait <= 0 || wait > maxWait {
 		wait = maxWait
@@ -435,14 +505,15 @@ func (d *driver) waitTurn(ctx context.Context, w *watch, timer *time.Timer, busy
 	timer.Reset(wait)
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-w.events:
 		if split {
-			return awaitTimer(ctx, timer) // finish the random delay
+			return false, awaitTimer(ctx, timer) // finish the random delay
 		}
+		return true, nil
 	case <-timer.C:
 	}
-	return nil
+	return false, nil
 }
 
 // awaitTimer waits for timer to fire, or returns ctx's error first.

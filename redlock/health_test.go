@@ -3,8 +3,10 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -197,5 +199,92 @@ func TestReleaseAfterMajorityLost(t *testing.T) {
 		case i >= 3 && !errors.Is(err, goredis.Nil):
 			t.Errorf("node %d: our late copy is still there: %q, %v", i, v, err)
 		}
+	}
+}
+
+// setCalls is the SET commands a server has had.
+func setCalls(t *testing.T, c *goredis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_set:calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO commandstats: %q: %v", line, err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+// TestWaitersGoThroughTheGate: a release notice wakes every waiter at
+// once. Were they all to run a round on every node, each handoff would
+// cost every node a SET per waiter left, and rounds started together
+// split the vote. Woken waiters ask the first node alone first, so the
+// other nodes see about one round per handoff.
+func TestWaitersGoThroughTheGate(t *testing.T) {
+	d, cs, srv := testDriverServers(t, defaults)
+	var addrs []string
+	for _, s := range srv {
+		addrs = append(addrs, s.Addr())
+	}
+	ctx := context.Background()
+	const key, waiters = "gate", 8
+	holder, err := d.TryAcquire(ctx, backend.Request{Key: key, Token: "holder", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, waiters)
+	for i := range waiters {
+		dw, _ := driverOn(t, addrs, defaults) // a client of its own, as another process
+		go func() {
+			acq, err := dw.Acquire(ctx, backend.Request{Key: key, Token: fmt.Sprint("w", i), TTL: time.Minute})
+			if err == nil {
+				err = acq.Held.Release(ctx)
+			}
+			results <- err
+		}()
+	}
+	// Every waiter subscribes to the key's notices on every node once its
+	// first round found the key held: then all are waiting.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := cs[4].PubSubNumSub(ctx, channelOf(key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[channelOf(key)] >= waiters {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d waiters subscribed", n[channelOf(key)], waiters)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := make([]int64, len(cs))
+	for i, c := range cs {
+		before[i] = setCalls(t, c)
+	}
+	if err := holder.Held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range waiters {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Without the gate: 8+7+...+1 = 36 SETs on every node.
+	for i, c := range cs[1:] {
+		if n := setCalls(t, c) - before[i+1]; n > 2*waiters {
+			t.Errorf("node %d had %d SETs for %d handoffs, want about one each: the woken waiters did not go through the gate", i+1, n, waiters)
+		}
+	}
+	if n := setCalls(t, cs[0]) - before[0]; n < waiters {
+		t.Errorf("the gate node had %d SETs for %d handoffs, want at least one each", n, waiters)
 	}
 }
