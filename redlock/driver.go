@@ -412,22 +412,9 @@ func (d *driver) retryDelay() time.Duration {
 // notices from any node, by the holder's TTL, or after a split vote by a
 // random delay.
 func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
-	var w *watch
-	defer func() {
-		if w != nil {
-			w.stop()
-		}
-	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	unanswered := 0 // rounds in a row that reached no majority
-	// spread is how far apart this waiter's rounds should fall from the
-	// other waiters': a release notice wakes every waiter at once, and
-	// when they all start a round together the rounds split the vote and
-	// nobody wins. It grows with each split vote and shrinks with each
-	// round another waiter won cleanly, so that one waiter alone retries
-	// at once and a crowd spreads itself out.
-	var spread time.Duration
+	wt := &waiter{d: d, key: req.Key, timer: time.NewTimer(time.Hour)}
+	defer wt.stop()
+	unanswered := 0  // rounds in a row that reached no majority
 	round := d.round // the first round: no other waiter to fall in step with
 	for {
 		acq, split, err := round(ctx, req)
@@ -437,8 +424,8 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 			// try again shortly, a bounded number of times, so that a
 			// majority that is really gone still fails the call soon.
 			unanswered++
-			timer.Reset(d.retryDelay())
-			if err := awaitTimer(ctx, timer); err != nil {
+			wt.timer.Reset(d.retryDelay())
+			if err := awaitTimer(ctx, wt.timer); err != nil {
 				return backend.Acquisition{}, err
 			}
 			continue
@@ -448,21 +435,9 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 		if !errors.As(err, &busy) {
 			return acq, err
 		}
-		if w == nil {
-			// Watch only once the key is busy. Until a majority confirms,
-			// the waiter polls, so a release in between is not missed.
-			w = d.watch(ctx, req.Key)
-		}
-		if split {
-			spread = min(max(2*spread, d.cfg.retryDelay/2), maxSpread*d.cfg.retryDelay)
-			busy.Remaining += jitter(spread)
-		} else {
-			spread /= 2
-		}
-		woken, err := d.waitTurn(ctx, w, timer, busy, split)
-		if err == nil && woken && spread > 0 {
-			timer.Reset(jitter(spread))
-			err = awaitTimer(ctx, timer)
+		woken, err := wt.wait(ctx, busy, split)
+		if err != nil {
+			return backend.Acquisition{}, err
 		}
 		// A notice woke every waiter: go through the gate. Without one
 		// (the holder's TTL ran out, a poll), a copy the gate node kept
@@ -471,10 +446,52 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 		if woken {
 			round = d.gatedRound
 		}
-		if err != nil {
-			return backend.Acquisition{}, err
-		}
 	}
+}
+
+// A waiter is what an Acquire keeps between its rounds.
+type waiter struct {
+	d     *driver
+	key   string
+	w     *watch // release notices, from the first busy round on
+	timer *time.Timer
+	// spread is how far apart this waiter's rounds should fall from the
+	// other waiters': a release notice wakes every waiter at once, and
+	// when they all start a round together the rounds split the vote and
+	// nobody wins. It grows with each split vote and shrinks with each
+	// round another waiter won cleanly, so that one waiter alone retries
+	// at once and a crowd spreads itself out.
+	spread time.Duration
+}
+
+func (wt *waiter) stop() {
+	wt.timer.Stop()
+	if wt.w != nil {
+		wt.w.stop()
+	}
+}
+
+// wait waits for the next round after one that found the key busy, and
+// reports whether a release notice ended the wait.
+func (wt *waiter) wait(ctx context.Context, busy *backend.Busy, split bool) (woken bool, err error) {
+	d := wt.d
+	if wt.w == nil {
+		// Watch only once the key is busy. Until a majority confirms,
+		// the waiter polls, so a release in between is not missed.
+		wt.w = d.watch(ctx, wt.key)
+	}
+	if split {
+		wt.spread = min(max(2*wt.spread, d.cfg.retryDelay/2), maxSpread*d.cfg.retryDelay)
+		busy.Remaining += jitter(wt.spread)
+	} else {
+		wt.spread /= 2
+	}
+	woken, err = d.waitTurn(ctx, wt.w, wt.timer, busy, split)
+	if err == nil && woken && wt.spread > 0 {
+		wt.timer.Reset(jitter(wt.spread))
+		err = awaitTimer(ctx, wt.timer)
+	}
+	return woken, err
 }
 
 // maxSpread bounds a waiter's spread, in retry delays.
