@@ -38,7 +38,8 @@ func TestBench(t *testing.T) {
 	type cell struct{ scenario, backend, kind string }
 	got := map[cell]int{}
 	for _, res := range rep.Results {
-		if res.Ops == 0 || res.PerSec <= 0 || res.Latency.P50 <= 0 {
+		held := res.Scenario == "held-locks"
+		if res.Ops == 0 || res.PerSec <= 0 || !held && res.Latency.P50 <= 0 || held && (res.Memory == nil || res.Memory.Locks == 0 || res.Memory.Held <= 0) {
 			t.Errorf("%s %s %s %v: no figures (errors %d: %s)", res.Scenario, res.Backend, res.Design, res.Params, res.Errors, res.FirstError)
 		}
 		got[cell{res.Scenario, res.Backend, res.Kind}]++

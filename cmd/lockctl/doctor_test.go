@@ -1,52 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"net"
-	"os/exec"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/distlock/locker/internal/testenv"
 )
 
-// startRedis starts a redis-server of the test's own on a free loopback
-// port, with args, and returns its address; the test's end stops it.
+// startRedis starts a redis-server of the test's own (internal/testenv,
+// which the library's tests use too) and returns its address.
 func startRedis(t *testing.T, args ...string) string {
 	t.Helper()
-	bin := serverURL(t, "LOCKER_TEST_REDIS_SERVER")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_, port, _ := net.SplitHostPort(addr)
-	ln.Close()
-	cmd := exec.Command(bin, append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	waitFor(t, 20*time.Second, "redis-server on "+addr+" answers", func() bool { return redisPing(addr) })
-	return addr
-}
-
-// redisPing reports whether a Redis server answers PING at addr.
-func redisPing(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
+	return testenv.StartRedis(t, args...).Addr()
 }
 
 // TestDoctor: doctor passes the dev servers of every backend, fails a

@@ -37,65 +37,96 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if len(o.URLs) == 0 {
 		return nil, fmt.Errorf("no deployment to measure: give one or more --url")
 	}
+	for _, sc := range o.Settings.Scenarios {
+		if !ValidScenario(sc) {
+			return nil, fmt.Errorf("unknown scenario %q: want one of %s", sc, strings.Join(Scenarios, ", "))
+		}
+	}
 	if o.TTL <= 0 {
 		o.TTL = 30 * time.Second
 	}
 	s := o.Settings
 	rep := &Report{Tool: "lockctl bench", Command: o.Command, Started: time.Now(), Machine: machine(), Settings: s}
 	r := &Runner{Settings: s, TTL: o.TTL, KeyPrefix: "lockctl-bench/" + runID() + "/", Progress: o.Progress, Holder: o.Holder}
-
-	var all []Design
-	var recovering []recoveryTarget
-	fanout := map[int][]Design{}
-	for _, raw := range o.URLs {
-		b, url, designs, sets, cleanup, err := prepare(ctx, raw, s.RTT, r)
-		if err != nil {
-			return nil, err
-		}
-		defer cleanup()
-		rep.Backends = append(rep.Backends, b)
-		all = append(all, designs...)
-		recovering = append(recovering, recoveryTarget{backend: b, url: url})
-		for n, ds := range sets {
-			fanout[n] = append(fanout[n], ds...)
-		}
+	p, err := r.prepareAll(ctx, o.URLs, rep)
+	defer p.cleanup()
+	if err != nil {
+		return nil, err
 	}
 	if s.RTT > 0 {
+		took := sleepTakes(s.RTT / 2)
 		r.notef("--rtt %v: the proxies delay each direction by %v, which this machine's timers stretch to about %v: the round trip added is about %v",
-			s.RTT, s.RTT/2, sleepTakes(s.RTT/2), 2*sleepTakes(s.RTT/2))
+			s.RTT, s.RTT/2, took, 2*took)
 	}
-	r.Plan(planSteps(s, all, fanout))
+	r.Plan(planSteps(s, p.all, p.fanout))
 	for _, sc := range s.Scenarios {
 		if ctx.Err() != nil {
 			break
 		}
-		switch sc {
-		case ScenarioUncontended:
-			r.Uncontended(ctx, all)
-		case ScenarioThroughput:
-			r.Throughput(ctx, all)
-		case ScenarioHotKey:
-			r.HotKey(ctx, all)
-		case ScenarioFreshKeys:
-			r.FreshKeys(ctx, all)
-		case ScenarioFanout:
-			if len(fanout) == 0 {
-				r.notef("fanout: no redlock:// deployment was given")
-				continue
-			}
-			r.Fanout(ctx, fanout)
-		case ScenarioHeldLocks:
-			r.HeldLocks(ctx, all)
-		case ScenarioRecovery:
-			r.Recovery(ctx, recovering)
-		default:
-			return nil, fmt.Errorf("unknown scenario %q: want one of %s", sc, strings.Join(Scenarios, ", "))
-		}
+		r.run(ctx, sc, p)
 	}
 	rep.Results, rep.Notes = r.Results(), r.Notes()
 	rep.Targets = Judge(rep)
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, ctx.Err()
+}
+
+// prepared is what every scenario of a run measures.
+type prepared struct {
+	all        []Design         // every design of every deployment
+	fanout     map[int][]Design // Redlock designs by node count
+	recovering []recoveryTarget
+	cleanups   []func()
+}
+
+func (p *prepared) cleanup() {
+	for _, c := range p.cleanups {
+		c()
+	}
+}
+
+// prepareAll prepares every deployment in urls, adding each to
+// rep.Backends.
+func (r *Runner) prepareAll(ctx context.Context, urls []string, rep *Report) (*prepared, error) {
+	p := &prepared{fanout: map[int][]Design{}}
+	for _, raw := range urls {
+		b, url, designs, sets, cleanup, err := prepare(ctx, raw, r.Settings.RTT, r)
+		if err != nil {
+			return p, err
+		}
+		p.cleanups = append(p.cleanups, cleanup)
+		rep.Backends = append(rep.Backends, b)
+		p.all = append(p.all, designs...)
+		p.recovering = append(p.recovering, recoveryTarget{backend: b, url: url})
+		for n, ds := range sets {
+			p.fanout[n] = append(p.fanout[n], ds...)
+		}
+	}
+	return p, nil
+}
+
+// run measures scenario sc.
+func (r *Runner) run(ctx context.Context, sc string, p *prepared) {
+	switch sc {
+	case ScenarioUncontended:
+		r.Uncontended(ctx, p.all)
+	case ScenarioThroughput:
+		r.Throughput(ctx, p.all)
+	case ScenarioHotKey:
+		r.HotKey(ctx, p.all)
+	case ScenarioFreshKeys:
+		r.FreshKeys(ctx, p.all)
+	case ScenarioFanout:
+		if len(p.fanout) == 0 {
+			r.notef("fanout: no redlock:// deployment was given")
+			return
+		}
+		r.Fanout(ctx, p.fanout)
+	case ScenarioHeldLocks:
+		r.HeldLocks(ctx, p.all)
+	case ScenarioRecovery:
+		r.Recovery(ctx, p.recovering)
+	}
 }
 
 // prepare opens the deployment at raw once, to learn its backend and

@@ -1,17 +1,14 @@
 package bench
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/heldtest"
 )
 
 // Uncontended: one client per design takes and releases its own key,
@@ -235,80 +232,18 @@ func (r *Runner) heldLocks(ctx context.Context, d Design, n int) (Result, error)
 		return res, fmt.Errorf("%s is not a Locker", d.Name)
 	}
 	// The TTL asked for, or the backend's smallest (etcd leases are whole
-	// seconds, at least two).
+	// seconds, at least two). The library's own held-lock benchmark does
+	// the work.
 	ttl := max(r.heldTTL(), lc.l.Capabilities().MinTTL)
-	before, g0 := heap()
-	locks := make([]locker.Lock, n)
-	t := newTally()
-	var mu sync.Mutex
-	start := time.Now()
-	const workers = 64
-	concurrently(workers, func(w int) {
-		for i := w; i < n && ctx.Err() == nil; i += workers {
-			t0 := time.Now()
-			lk, err := lc.acquire(ctx, r.key("held", d.Backend, i), ttl)
-			mu.Lock()
-			t.record(time.Since(t0), err)
-			locks[i] = lk
-			mu.Unlock()
-		}
-	})
-	t.busy = time.Since(start)
-	after, g1 := heap()
-	res = t.result(ScenarioHeldLocks, d, params, r.Settings.RTT, "ops")
-	m := &Memory{Locks: int(t.ops), TTL: ttl, Goroutines: g1 - g0, AcquireSecond: res.PerSec}
-	if after > before {
-		m.HeapBytes = after - before
+	h, err := heldtest.Run(ctx, heldtest.Config{Locker: lc.l, N: n, TTL: ttl, Hold: 2 * ttl, Prefix: r.key("held", d.Backend) + "/"})
+	res.Elapsed = h.Acquiring
+	if h.Acquiring > 0 {
+		res.Ops, res.PerSec = int64(n), float64(n)/h.Acquiring.Seconds()
 	}
-	if t.ops > 0 {
-		m.BytesPerLock = float64(m.HeapBytes) / float64(t.ops)
+	res.Memory = &Memory{Locks: n, TTL: ttl, Held: h.Held, Lost: h.Lost, Goroutines: h.Goroutines,
+		BytesPerLock: max(h.HeapPerLock, 0), HeapBytes: uint64(max(h.HeapPerLock, 0) * float64(n)), AcquireSecond: res.PerSec}
+	if err != nil {
+		res.Errors, res.FirstError = 1, err.Error()
 	}
-	res.Memory = m
-	held := time.Now()
-	select {
-	case <-time.After(2 * ttl):
-	case <-ctx.Done():
-	}
-	m.Held = time.Since(held)
-	var failed int
-	var firstErr error
-	for _, lk := range locks {
-		if lk == nil {
-			continue
-		}
-		select {
-		case <-lk.Lost():
-			m.Lost++
-		default:
-		}
-	}
-	concurrently(workers, func(w int) {
-		for i := w; i < n; i += workers {
-			if locks[i] == nil {
-				continue
-			}
-			if err := locks[i].Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locker.ErrNotHeld) {
-				mu.Lock()
-				failed++
-				firstErr = cmp.Or(firstErr, err)
-				mu.Unlock()
-			}
-		}
-	})
-	switch {
-	case t.first != nil:
-		return res, fmt.Errorf("%d of %d acquisitions failed, the first: %w", t.errs, n, t.first)
-	case failed > 0:
-		return res, fmt.Errorf("%d of %d releases failed, the first: %w", failed, n, firstErr)
-	}
-	return res, nil
-}
-
-// heap returns the live heap after a collection, and the goroutine count.
-func heap() (uint64, int) {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc, runtime.NumGoroutine()
+	return res, err
 }
