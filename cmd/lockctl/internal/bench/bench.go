@@ -130,7 +130,8 @@ func (r *Runner) run(ctx context.Context, sc string, p *prepared) {
 }
 
 // prepare opens the deployment at raw once, to learn its backend and
-// capabilities, and builds its designs: the Locker, the raw primitives
+// capabilities, asks its servers their version (directly, not through
+// the proxies), and builds its designs: the Locker, the raw primitives
 // and the peers, and for Redlock the fan-out sets by node count. With an
 // rtt, every design reaches the servers through proxies that add it, at
 // the URL it returns.
@@ -161,7 +162,7 @@ func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Bac
 	caps := l.Capabilities()
 	l.Close()
 	b := Backend{
-		Name: caps.Name, URL: locker.Redact(raw),
+		Name: caps.Name, URL: locker.Redact(raw), Servers: serverVersions(ctx, caps.Name, raw),
 		Fencing: caps.Fencing, FIFO: caps.FIFO, WakeOnRelease: caps.WakeOnRelease, ExpirySlack: caps.ExpirySlack,
 	}
 	designs := designsFor(b.Name, b.Name, url, r)
