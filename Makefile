@@ -11,6 +11,11 @@
 # make bench          lockctl bench: every backend against the raw server
 #                     primitives and the peer libraries, every scenario; starts
 #                     and stops its own servers; report in bench-report/
+# make chaos          lockctl chaos: faults (paused, killed and cut-off holders,
+#                     restarted servers, a clock running ahead) on every
+#                     backend, 5 rounds each, counted by a fencing-checked
+#                     resource; starts and stops its own servers; report in
+#                     chaos-report/
 # make bench-go       the packages' Go benchmarks and bench/*/ against running
 #                     servers (make services-up first)
 # make torture        the randomized fault test on every backend, 3 minutes
@@ -19,7 +24,7 @@
 
 GO ?= go
 
-.PHONY: test torture example lockctl demo services-up services-down install vet test-short bench bench-go
+.PHONY: test torture example lockctl demo services-up services-down install vet test-short bench bench-go chaos
 
 test:
 	scripts/test.sh
@@ -57,6 +62,9 @@ test-short:
 
 bench:
 	scripts/bench.sh
+
+chaos:
+	scripts/chaos.sh
 
 # The library's benchmarks, then the peer comparisons in bench/*/ (modules
 # of their own, so that peer libraries stay out of the library's go.mod).

@@ -13,7 +13,7 @@ import (
 // command's own code through and a script can still tell the two apart.
 const (
 	exitOK           = 0
-	exitChecksFailed = 1   // doctor: a check failed; check: a case failed; demo: a rule the backend claims broke
+	exitChecksFailed = 1   // doctor: a check failed; check: a case failed; demo, chaos: a rule the backend claims broke
 	exitLockLost     = 122 // the lock was lost while the command ran
 	exitNotAcquired  = 124 // busy with --no-wait, or --wait elapsed
 	exitError        = 125 // lockctl's own error: usage, config, URL, backend unreachable
@@ -34,6 +34,8 @@ rarely collide with those of the command that "lockctl run" runs:
            doctor: a check failed (with --strict, also one that warned)
            demo: the story broke a rule the backend claims (a stale write
            was accepted although the backend mints fencing tokens)
+           chaos: a scenario's outcome on a backend was not what the
+           backend's guarantees say (the report's verdict says why)
   122      run: the lock was lost while the command ran; the command was sent
            SIGTERM, then SIGKILL after --grace (this code wins over the
            command's own, since its work was no longer protected)

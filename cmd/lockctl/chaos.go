@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distlock/locker/cmd/lockctl/internal/chaos"
+)
+
+func init() {
+	addCommand(newChaosCmd)
+	addCommand(newChaosWorkerCmd)
+}
+
+type chaosCmd struct {
+	app         *app
+	urls        []string
+	scenarios   []string
+	rounds      int
+	ttl         time.Duration
+	redisServer string
+	out         string
+}
+
+func newChaosCmd(a *app) *cobra.Command {
+	ch := &chaosCmd{app: a}
+	c := &cobra.Command{
+		Use:   "chaos",
+		Short: "Inject faults into real servers and holder processes; count what each backend lets through",
+		Long: `Chaos runs, on each deployment a --url names, rounds of a fault: a holder
+process (lockctl chaos-worker) takes a key and writes to a shared
+resource with its fencing token; the fault strikes; a rival process takes
+the key and writes; the first holder, if it still believes it holds the
+key, writes again. The resource checks fences where the backend has them,
+and the checker, which knows who was granted the lock last, counts:
+
+  overlaps           two clients believed they held the key at once
+  stale rejected     a superseded holder's write refused by the fence
+  stale accepted     a superseded holder's write accepted after the newer
+                     holder's write: what fencing must prevent
+  rightful rejected  the current holder refused: a fence went backwards
+  skipped            writes a holder did not make because it knew its
+                     lock was lost (the lost-lock signal at work)
+
+and, per round, the time from the fault until a rival held the key, and
+whether the key could be taken again once every fault had cleared.
+
+Scenarios (--scenario, default all; each runs on the backends it applies to):
+` + scenarioHelp() + `
+The scenarios that restart servers or move a server's clock run on Redis
+servers lockctl starts itself (redis-server on $PATH, or --redis-server),
+never on the deployment given. Keys start with lockctl-chaos/<random>/.
+The exit code is 1 when a cell's outcome is not what the backend's
+guarantees say it should be (the report's verdict column says why).`,
+		Example: `  # Every scenario on the test servers (make services-up), 3 rounds each:
+  lockctl chaos --url redis://127.0.0.1:27000 --url redlock://127.0.0.1:27001,127.0.0.1:27002,127.0.0.1:27003,127.0.0.1:27004,127.0.0.1:27005 \
+    --url zookeeper://127.0.0.1:22181 --url etcd://127.0.0.1:23379 --rounds 3 --out /tmp/chaos
+
+  # One scenario, with a JSON summary:
+  lockctl chaos --url etcd://127.0.0.1:2379 --scenario pause --json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return ch.run(c.Context(), c) },
+	}
+	f := c.Flags()
+	f.StringArrayVar(&ch.urls, "url", nil, "a deployment to put under faults; repeat for several (else the URL lockctl --help describes)")
+	f.StringSliceVar(&ch.scenarios, "scenario", nil, "scenarios to run, comma-separated (default all): "+strings.Join(chaos.ScenarioNames(), ", "))
+	f.IntVar(&ch.rounds, "rounds", 3, "rounds of each scenario on each backend")
+	f.DurationVar(&ch.ttl, "ttl", 2*time.Second, "TTL of the locks of the scenarios that wait for an expiry (raised to a backend's smallest)")
+	f.StringVar(&ch.redisServer, "redis-server", "", "redis-server binary for the scenarios that restart servers (default: $PATH's)")
+	f.StringVar(&ch.out, "out", "", "directory to write report.json, report.md and report.html to")
+	return c
+}
+
+// scenarioHelp lists the scenarios for the command's help.
+func scenarioHelp() string {
+	var b strings.Builder
+	for _, sc := range chaos.Scenarios {
+		fmt.Fprintf(&b, "  %-16s %s (%s)\n", sc.Name, sc.About, strings.Join(sc.Backends, ", "))
+	}
+	return b.String()
+}
+
+func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
+	if ch.rounds <= 0 || ch.ttl <= 0 {
+		return exitf(exitError, "--rounds and --ttl must be positive")
+	}
+	urls := ch.urls
+	if len(urls) == 0 {
+		t, err := ch.app.resolve("")
+		if err != nil {
+			return exitf(exitError, "%v", err)
+		}
+		urls = []string{t.url}
+	}
+	if ch.out != "" {
+		if err := os.MkdirAll(ch.out, 0o755); err != nil {
+			return exitf(exitError, "--out: %v", err)
+		}
+	}
+	start := time.Now()
+	rep, err := chaos.Run(ctx, chaos.Options{
+		URLs: urls, Scenarios: ch.scenarios, Rounds: ch.rounds, TTL: ch.ttl, RedisServer: ch.redisServer,
+		Worker: chaosWorkerCommand, Command: commandLine(c),
+		Progress: func(step, steps int, what string) {
+			fmt.Fprintf(ch.app.stderr, "[%2d/%d %s] %s\n", step, steps, time.Since(start).Round(time.Second), what)
+		},
+	})
+	if rep == nil {
+		return exitf(exitError, "%v", err)
+	}
+	if err != nil {
+		rep.Notes = append(rep.Notes, "the run was cut short: "+err.Error())
+	}
+	if ch.out != "" {
+		if err := writeChaosReports(ch.out, rep); err != nil {
+			return exitf(exitError, "--out: %v", err)
+		}
+	}
+	if ch.app.json {
+		err = writeJSON(ch.app.stdout, rep)
+	} else {
+		err = chaos.WriteText(ch.app.stdout, rep)
+	}
+	if err != nil {
+		return err
+	}
+	if ch.out != "" && !ch.app.json {
+		fmt.Fprintf(ch.app.stdout, "\nReports: %s\n", filepath.Join(ch.out, "report.{json,md,html}"))
+	}
+	for _, cell := range rep.Cells {
+		if !cell.Expected {
+			return exitf(exitChecksFailed, "%s on %s: %s", cell.Scenario, cell.Backend, cell.Verdict)
+		}
+	}
+	return nil
+}
+
+// writeChaosReports writes the report in every format to dir.
+func writeChaosReports(dir string, rep *chaos.Report) error {
+	for name, write := range map[string]func(*os.File) error{
+		"report.json": func(f *os.File) error { return writeJSON(f, rep) },
+		"report.md":   func(f *os.File) error { return chaos.WriteMarkdown(f, rep) },
+		"report.html": func(f *os.File) error { return chaos.WriteHTML(f, rep) },
+	} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		err = write(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// chaosWorkerCommand is a chaos holder: this very lockctl, running
+// "lockctl chaos-worker".
+func chaosWorkerCommand(url, key string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	cmd := exec.Command(exe, "chaos-worker", "--url", url, key)
+	cmd.Env = append(os.Environ(), "LOCKER_URL=")
+	return cmd
+}
+
+func newChaosWorkerCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:    "chaos-worker --url URL KEY",
+		Short:  "A holder process of lockctl chaos: commands on stdin, events on stdout",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			t, err := a.resolve("")
+			if err != nil {
+				return exitf(exitError, "%v", err)
+			}
+			l, err := a.open(c.Context(), t)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			return chaos.Serve(c.Context(), l, args[0], a.stdin, a.stdout)
+		},
+	}
+}

@@ -1,0 +1,211 @@
+// Package chaos runs lockctl chaos: faults (a holder paused, killed or cut
+// off, a server restarted or its clock running ahead) injected into real
+// servers and real holder processes, and a fencing-checked resource that
+// counts what each backend let through. It turns the Redlock debate into
+// a table of measured outcomes.
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/distlock/locker"
+)
+
+// Options says what a run does.
+type Options struct {
+	URLs      []string // deployments, one per backend
+	Scenarios []string // names; none means all
+	Rounds    int      // per scenario and backend; 0 means 1
+	// TTL of the locks of the scenarios that wait for an expiry; raised
+	// to each backend's smallest. 0 means 2 s.
+	TTL         time.Duration
+	RedisServer string // the redis-server binary for the scenarios that restart servers
+	Worker      WorkerCommand
+	Command     string // the command line, for the report
+	// Progress, if set, is told of each round as it starts.
+	Progress func(step, steps int, what string)
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Tool     string        `json:"tool"`
+	Command  string        `json:"command,omitempty"`
+	Started  time.Time     `json:"started"`
+	Took     time.Duration `json:"took"`
+	Machine  string        `json:"machine"`
+	Backends []Backend     `json:"backends"`
+	Cells    []Cell        `json:"cells"`
+	Notes    []string      `json:"notes,omitempty"`
+}
+
+// Backend is one deployment of the run.
+type Backend struct {
+	Name        string        `json:"name"`
+	URL         string        `json:"url"` // password redacted
+	Fencing     bool          `json:"fencing"`
+	TTL         time.Duration `json:"ttl"`
+	ExpirySlack time.Duration `json:"expiry_slack"`
+}
+
+// Cell is a scenario's outcome on one backend, over its rounds.
+type Cell struct {
+	Scenario string `json:"scenario"`
+	Backend  string `json:"backend"`
+	Rounds   int    `json:"rounds"`
+	Counts   Counts `json:"counts"`
+	// Recovered: rounds after which the key could be taken again once
+	// every fault had cleared.
+	Recovered int `json:"recovered"`
+	// NewHolder: the longest time from the fault until a rival held the
+	// key (the time no one could), over the rounds that had one.
+	NewHolder time.Duration `json:"new_holder,omitempty"`
+	// Expect is what should happen; Verdict says whether it did.
+	Expect   string   `json:"expect"`
+	Verdict  string   `json:"verdict"`
+	Expected bool     `json:"expected"`
+	Errors   []string `json:"errors,omitempty"`
+	// Example is one round's history: the first that let a stale write
+	// through, else the first.
+	Example *RoundResult `json:"example,omitempty"`
+}
+
+// RoundResult is one round's history and counts.
+type RoundResult struct {
+	Counts    Counts        `json:"counts"`
+	Holds     []Hold        `json:"holds"`
+	Writes    []Write       `json:"writes"`
+	Timeline  []Mark        `json:"timeline"`
+	Took      time.Duration `json:"took"`
+	NewHolder time.Duration `json:"new_holder,omitempty"`
+	Recovered bool          `json:"recovered"`
+	Err       string        `json:"error,omitempty"`
+}
+
+// deployment is a backend the rounds run on.
+type deployment struct {
+	backend string
+	url     string // what the workers are given (through their proxies)
+	fencing bool
+	ttl     time.Duration
+	slack   time.Duration
+	servers []*redisServer // those the engine started, for the scenarios that restart them
+}
+
+// Run runs every scenario on every deployment that it applies to.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	scs, err := pick(o.Scenarios)
+	if err != nil {
+		return nil, err
+	}
+	if len(o.URLs) == 0 {
+		return nil, errors.New("no deployment: give one or more --url")
+	}
+	o.Rounds = max(o.Rounds, 1)
+	if o.TTL <= 0 {
+		o.TTL = 2 * time.Second
+	}
+	rep := &Report{Tool: "lockctl chaos", Command: o.Command, Started: time.Now(),
+		Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())}
+	e := &engine{o: o, rep: rep, id: runID()}
+	defer e.cleanup()
+	if err := e.prepare(ctx); err != nil {
+		return nil, err
+	}
+	e.plan(scs)
+	for _, sc := range scs {
+		for _, d := range e.deps {
+			if slices.Contains(sc.Backends, d.backend) && ctx.Err() == nil {
+				rep.Cells = append(rep.Cells, e.cell(ctx, sc, d))
+			}
+		}
+	}
+	rep.Took = time.Since(rep.Started)
+	return rep, ctx.Err()
+}
+
+// pick returns the scenarios named, all when none is.
+func pick(names []string) ([]*Scenario, error) {
+	if len(names) == 0 {
+		return Scenarios, nil
+	}
+	var scs []*Scenario
+	for _, sc := range Scenarios {
+		if slices.Contains(names, sc.Name) {
+			scs = append(scs, sc)
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(ScenarioNames(), n) {
+			return nil, fmt.Errorf("unknown scenario %q: want one of %s", n, strings.Join(ScenarioNames(), ", "))
+		}
+	}
+	return scs, nil
+}
+
+// engine is one run's state.
+type engine struct {
+	o     Options
+	rep   *Report
+	id    string
+	deps  []*deployment
+	dir   string // for the servers the engine starts
+	step  int
+	steps int
+}
+
+// prepare opens each deployment once, to learn its backend and what it
+// guarantees.
+func (e *engine) prepare(ctx context.Context) error {
+	for _, u := range e.o.URLs {
+		octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		l, err := locker.Open(octx, u)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", locker.Redact(u), err)
+		}
+		caps := l.Capabilities()
+		l.Close()
+		if caps.Name == "memory" {
+			return fmt.Errorf("%s: the memory backend's locks live in one process; chaos needs holders in processes of their own (give a server backend)", locker.Redact(u))
+		}
+		d := &deployment{backend: caps.Name, url: u, fencing: caps.Fencing, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
+		e.deps = append(e.deps, d)
+		e.rep.Backends = append(e.rep.Backends, Backend{Name: d.backend, URL: locker.Redact(u), Fencing: d.fencing, TTL: d.ttl, ExpirySlack: d.slack})
+	}
+	dir, err := os.MkdirTemp("", "lockctl-chaos-")
+	e.dir = dir
+	return err
+}
+
+func (e *engine) cleanup() {
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+}
+
+func (e *engine) plan(scs []*Scenario) {
+	for _, sc := range scs {
+		for _, d := range e.deps {
+			if slices.Contains(sc.Backends, d.backend) {
+				e.steps += e.o.Rounds
+			}
+		}
+	}
+}
+
+// runID is a random name for this run's keys, so that runs on a shared
+// deployment do not meet.
+func runID() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,209 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/distlock/locker/conformance"
+)
+
+// WorkerCommand returns the command of a worker process for key on the
+// deployment at url: lockctl's is "lockctl chaos-worker".
+type WorkerCommand func(url, key string) *exec.Cmd
+
+// proc is one worker process as the engine sees it: its input, the
+// events it wrote, and the proxies between it and the servers.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	events  chan event // every event, in order, stamped
+	exited  chan struct{}
+	proxies []*conformance.Proxy
+	stderr  *tail
+}
+
+// startProc starts a worker named name for key behind a proxy per host of
+// url; every event it writes goes to r.observe, then to the proc's
+// events channel.
+func (r *round) startProc(ctx context.Context, name, url string) (*proc, error) {
+	purl, proxies, err := conformance.ProxyURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("proxies for %s: %w", name, err)
+	}
+	p := &proc{name: name, proxies: proxies, events: make(chan event, 1024), exited: make(chan struct{}), stderr: &tail{}}
+	p.cmd = r.worker(purl, r.key)
+	p.cmd.Stderr = p.stderr
+	p.in, err = p.cmd.StdinPipe()
+	if err == nil {
+		var out io.ReadCloser
+		if out, err = p.cmd.StdoutPipe(); err == nil {
+			if err = p.cmd.Start(); err == nil {
+				go p.read(out, r)
+			}
+		}
+	}
+	if err != nil {
+		p.closeProxies()
+		return nil, fmt.Errorf("starting worker %s: %w", name, err)
+	}
+	r.procs = append(r.procs, p)
+	if _, err := p.await(ctx, evReady); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// read stamps each event the worker writes and hands it on, until the
+// worker's output ends.
+func (p *proc) read(out io.Reader, r *round) {
+	defer close(p.exited)
+	defer close(p.events)
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			e = event{Ev: evError, Err: "unreadable output: " + sc.Text()}
+		}
+		e.At = r.since()
+		r.observe(p.name, e)
+		p.events <- e
+	}
+	p.cmd.Wait()
+}
+
+// send writes a command line to the worker. A stopped worker reads it
+// when it resumes.
+func (p *proc) send(cmd string) error {
+	_, err := io.WriteString(p.in, cmd+"\n")
+	return err
+}
+
+// await returns the worker's next event of one of the kinds in want,
+// skipping "lost" events unless asked for; an "error" event is an error.
+func (p *proc) await(ctx context.Context, want ...string) (event, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return event{}, fmt.Errorf("worker %s: waiting for %s: %w", p.name, strings.Join(want, " or "), ctx.Err())
+		case e, ok := <-p.events:
+			switch {
+			case !ok:
+				return event{}, fmt.Errorf("worker %s exited while waiting for %s%s", p.name, strings.Join(want, " or "), p.stderr.say())
+			case contains(want, e.Ev):
+				return e, nil
+			case e.Ev == evError:
+				return e, &workerError{p.name, e.Err}
+			}
+		}
+	}
+}
+
+// do sends cmd and awaits one of want, within d.
+func (p *proc) do(ctx context.Context, d time.Duration, cmd string, want ...string) (event, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if err := p.send(cmd); err != nil {
+		return event{}, fmt.Errorf("worker %s: %s: %w", p.name, cmd, err)
+	}
+	return p.await(ctx, want...)
+}
+
+func (p *proc) signal(sig syscall.Signal) error {
+	return p.cmd.Process.Signal(sig)
+}
+
+// stop ends the worker: end of input lets it release what it holds; a
+// worker that does not exit soon (a stopped one) is killed.
+func (p *proc) stop() {
+	p.in.Close()
+	p.signal(syscall.SIGCONT)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+	p.closeProxies()
+}
+
+func (p *proc) closeProxies() {
+	for _, px := range p.proxies {
+		px.Close()
+	}
+}
+
+// cut drops the worker's connections to the hosts at the given indexes
+// of its URL (all of them when none is given) and refuses new ones.
+func (p *proc) cut(hosts ...int) {
+	for i, px := range p.proxies {
+		if len(hosts) == 0 || contains(hosts, i) {
+			px.Cut()
+		}
+	}
+}
+
+// restore lets the worker reach every host again.
+func (p *proc) restore() {
+	for _, px := range p.proxies {
+		px.Restore()
+	}
+}
+
+func contains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// tail keeps the last few KiB a worker wrote to its standard error, for
+// error messages.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailSize = 2048
+
+func (t *tail) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if len(t.buf) > tailSize {
+		t.buf = t.buf[len(t.buf)-tailSize:]
+	}
+	return len(b), nil
+}
+
+// say is the tail as the end of an error message, or "".
+func (t *tail) say() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := strings.TrimSpace(string(t.buf)); s != "" {
+		return ": " + s
+	}
+	return ""
+}
+
+// workerError is an error a worker reported (an acquisition that timed
+// out, a release refused), as opposed to a failure to run it.
+type workerError struct{ name, msg string }
+
+func (e *workerError) Error() string { return "worker " + e.name + ": " + e.msg }
+
+func (e *workerError) Is(target error) bool { return target == errWorker }
+
+// errWorker matches every workerError.
+var errWorker = errors.New("a worker reported an error")

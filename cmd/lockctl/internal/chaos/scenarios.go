@@ -1,0 +1,284 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// A Scenario is one fault, run a round at a time on a deployment.
+type Scenario struct {
+	Name  string
+	About string
+	// Backends it applies to.
+	Backends []string
+	// Servers: the scenario restarts servers, so it runs on servers of
+	// its own that the engine starts (Redis ones), not on the deployment
+	// given.
+	Servers serverSet
+	// Violates: the backends on which the scenario is expected to let a
+	// stale write through (Redlock, which cannot fence).
+	Violates []string
+	run      func(ctx context.Context, r *round, d *deployment) error
+}
+
+// serverSet is what servers a scenario starts for itself.
+type serverSet int
+
+const (
+	givenServers serverSet = iota // the deployment's own
+	ownServers                    // Redis: one redis-server; Redlock: five; no persistence
+	ownAOF                        // one redis-server, AOF with appendfsync always
+)
+
+// Scenarios in the order they run.
+var Scenarios = []*Scenario{
+	{Name: "pause", Backends: serverBackends, Violates: []string{"redlock"}, run: runPause,
+		About: "the holder is paused (SIGSTOP) past its TTL; a rival takes the key and writes; the holder resumes and makes the write it had decided on before the pause"},
+	{Name: "kill", Backends: serverBackends, run: runKill,
+		About: "the holder is killed (SIGKILL); a rival waits for the key"},
+	{Name: "partition", Backends: serverBackends, run: runPartition,
+		About: "the holder is cut off from every server (its proxies drop its connections and refuse new ones); a rival takes the key once it expires; the holder is let back and writes if it still believes it holds"},
+	{Name: "clock-fast", Backends: []string{"redis", "redlock"}, Violates: []string{"redlock"}, Servers: ownServers, run: runClockFast,
+		About: "a server's clock runs ahead: the lock key expires early on it (simulated by cutting the key's remaining TTL to 1 ms, since libfaketime does not work with redis-server); Redlock's holder reached a bare majority (3 of 5), one of which is that node"},
+	{Name: "restart", Backends: []string{"redis", "redlock"}, Servers: ownServers, Violates: []string{"redlock"}, run: runRestart,
+		About: "a server without persistence is restarted at once while the lock is held (Redlock: one of the 3 of 5 nodes the holder reached)"},
+	{Name: "restart-aof", Backends: []string{"redis"}, Servers: ownAOF, run: runRestartAOF,
+		About: "the Redis server, with AOF and appendfsync always, is restarted at once while the lock is held"},
+	{Name: "restart-delayed", Backends: []string{"redlock"}, Servers: ownServers, run: runRestartDelayed,
+		About: "one of the 3 of 5 nodes the holder reached is restarted without persistence after staying down for the lock's TTL and more (the distlock page's delayed restart)"},
+}
+
+var serverBackends = []string{"redis", "redlock", "zookeeper", "etcd"}
+
+// ScenarioNames lists the scenarios' names.
+func ScenarioNames() []string {
+	var s []string
+	for _, sc := range Scenarios {
+		s = append(s, sc.Name)
+	}
+	return s
+}
+
+// bareMajority, for Redlock, cuts the holder off from nodes 4 and 5
+// before it acquires, so that it holds the key on nodes 1 to 3 only:
+// Kleppmann's case, where one faulty node of the three hands a rival
+// a majority.
+func bareMajority(d *deployment, a *proc) {
+	if d.backend == "redlock" {
+		a.cut(3, 4)
+	}
+}
+
+// faultyNode is the node a scenario breaks: the single Redis, or
+// Redlock's node 3, one of the three the holder reached.
+func faultyNode(d *deployment) int {
+	if d.backend == "redlock" {
+		return 2
+	}
+	return 0
+}
+
+// holder starts the two workers, A and B, and has A take the key and
+// write.
+func holder(ctx context.Context, r *round, d *deployment, ttl time.Duration) (a, b *proc, err error) {
+	if a, err = r.startProc(ctx, "A", r.url); err != nil {
+		return nil, nil, err
+	}
+	if b, err = r.startProc(ctx, "B", r.url); err != nil {
+		return nil, nil, err
+	}
+	bareMajority(d, a)
+	if _, err = r.acquire(ctx, a, ttl, r.expiry(ttl)); err != nil {
+		return nil, nil, err
+	}
+	if _, err = r.write(ctx, a, true); err != nil {
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
+// expiry bounds a wait for a lock of ttl to expire, with room for a
+// loaded machine.
+func (r *round) expiry(ttl time.Duration) time.Duration {
+	return 2*ttl + r.slack + 5*time.Second
+}
+
+// rival has b wait for the key after the fault at faultAt, write, and
+// release; it records how long the key was unavailable.
+func rival(ctx context.Context, r *round, b *proc, wait time.Duration, faultAt time.Duration) error {
+	e, err := r.acquire(ctx, b, r.ttl, wait)
+	if err != nil {
+		return err
+	}
+	r.newHolder = e.At - faultAt
+	_, err = r.write(ctx, b, true)
+	return err
+}
+
+func runPause(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, r.ttl)
+	if err != nil {
+		return err
+	}
+	a.signal(syscall.SIGSTOP)
+	at := r.mark("A paused (SIGSTOP)")
+	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
+		return err
+	}
+	a.send("write") // read when A resumes: the write it had decided on
+	a.signal(syscall.SIGCONT)
+	r.mark("A resumed (SIGCONT)")
+	if _, err := a.await(ctx, evWrite); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+func runKill(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, r.ttl)
+	if err != nil {
+		return err
+	}
+	r.kill(a)
+	if err := rival(ctx, r, b, r.expiry(r.ttl), r.since()); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+func runPartition(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, r.ttl)
+	if err != nil {
+		return err
+	}
+	a.cut()
+	at := r.mark("A cut off from every server")
+	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
+		return err
+	}
+	a.restore()
+	r.mark("A let back")
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+// longTTL is the TTL of scenarios whose fault must strike while the
+// holder still believes it holds: its watchdog does not refresh (and
+// find out) within the moments the fault takes.
+const longTTL = 30 * time.Second
+
+func runClockFast(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, longTTL)
+	if err != nil {
+		return err
+	}
+	n := faultyNode(d)
+	left, err := d.servers[n].expireEarly(ctx, r.key)
+	if err != nil {
+		return err
+	}
+	at := r.mark("node %d's clock jumps ahead: the key's remaining %v cut to 1ms", n+1, left.Round(time.Millisecond))
+	if err := rival(ctx, r, b, 5*time.Second, at); err != nil {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+func runRestart(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, longTTL)
+	if err != nil {
+		return err
+	}
+	n := faultyNode(d)
+	if err := d.servers[n].restart(ctx, 0); err != nil {
+		return err
+	}
+	at := r.mark("node %d restarted without persistence", n+1)
+	if err := rival(ctx, r, b, 5*time.Second, at); err != nil {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+// runRestartAOF: the key survives the restart, so the rival must not get
+// it while the holder holds; once the holder releases, it must.
+func runRestartAOF(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, longTTL)
+	if err != nil {
+		return err
+	}
+	if err := d.servers[0].restart(ctx, 0); err != nil {
+		return err
+	}
+	at := r.mark("the server restarted; its AOF was written with appendfsync always")
+	_, err = r.acquire(ctx, b, r.ttl, 2*time.Second)
+	if err == nil {
+		r.newHolder = r.since() - at
+		r.write(ctx, b, true)
+	} else if !errors.Is(err, errWorker) {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	return r.release(ctx, a)
+}
+
+// runRestartDelayed: while node 3 is down, the holder's refreshes reach 2
+// of 5 nodes, so it loses the lock at its validity's end; the rival gets
+// the key only after node 3 is back, and the holder must know by then.
+func runRestartDelayed(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, r.ttl)
+	if err != nil {
+		return err
+	}
+	down := r.ttl + r.slack + time.Second
+	at := r.mark("node 3 down; back without its data in %v", down)
+	if err := b.send(fmt.Sprintf("acquire %v %v", r.ttl, r.expiry(r.ttl)+down)); err != nil {
+		return err
+	}
+	if err := d.servers[2].restart(ctx, down); err != nil {
+		return err
+	}
+	r.mark("node 3 back, empty")
+	e, err := b.await(ctx, evGranted)
+	if err != nil {
+		return err
+	}
+	r.newHolder = e.At - at
+	if _, err := r.write(ctx, b, true); err != nil {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+// release has p release its lock, and then checks that the key can be
+// taken again: every fault has cleared by now.
+func (r *round) release(ctx context.Context, p *proc) error {
+	if _, err := p.do(ctx, 10*time.Second, "release", evReleased); err != nil {
+		return err
+	}
+	for _, q := range r.procs {
+		q.restore()
+	}
+	if _, err := r.acquire(ctx, p, r.ttl, r.expiry(r.ttl)); err != nil {
+		return fmt.Errorf("the key could not be taken again after the fault cleared: %w", err)
+	}
+	r.recovered = true
+	_, err := p.do(ctx, 10*time.Second, "release", evReleased)
+	return err
+}
