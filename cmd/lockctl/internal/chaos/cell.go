@@ -40,6 +40,7 @@ func (e *engine) cell(ctx context.Context, sc *Scenario, d *deployment) Cell {
 func (e *engine) round(ctx context.Context, sc *Scenario, d *deployment, i int) RoundResult {
 	key := fmt.Sprintf("lockctl-chaos/%s/%s/%s/%d", e.id, sc.Name, d.backend, i)
 	dd := *d
+	dd.bare = sc.Bare
 	if sc.Servers != givenServers {
 		bin, err := findRedisServer(e.o.RedisServer)
 		if err != nil {

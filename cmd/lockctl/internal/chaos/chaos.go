@@ -98,6 +98,7 @@ type deployment struct {
 	ttl     time.Duration
 	slack   time.Duration
 	servers []*redisServer // those the engine started, for the scenarios that restart them
+	bare    bool           // the scenario's Bare
 }
 
 // Run runs every scenario on every deployment that it applies to.

@@ -152,10 +152,29 @@ func (p *proc) cut(hosts ...int) {
 	}
 }
 
-// restore lets the worker reach every host again.
+// restore lets the worker reach every host again, without delay, and
+// delivers the replies held back.
 func (p *proc) restore() {
 	for _, px := range p.proxies {
 		px.Restore()
+		px.SetLatency(0)
+		px.HoldReplies(false)
+	}
+}
+
+// setLatency delays everything between the worker and its servers by d
+// each way.
+func (p *proc) setLatency(d time.Duration) {
+	for _, px := range p.proxies {
+		px.SetLatency(d)
+	}
+}
+
+// holdReplies holds back (or, off, delivers) what the servers send the
+// worker: its requests are applied, their replies wait.
+func (p *proc) holdReplies(on bool) {
+	for _, px := range p.proxies {
+		px.HoldReplies(on)
 	}
 }
 

@@ -21,7 +21,11 @@ type Scenario struct {
 	// Violates: the backends on which the scenario is expected to let a
 	// stale write through (Redlock, which cannot fence).
 	Violates []string
-	run      func(ctx context.Context, r *round, d *deployment) error
+	// Bare: on Redlock, the holder reaches only nodes 1 to 3 of 5 when it
+	// acquires, Kleppmann's case: one faulty node of the three then hands
+	// a rival a majority. With all five votes, one node cannot.
+	Bare bool
+	run  func(ctx context.Context, r *round, d *deployment) error
 }
 
 // serverSet is what servers a scenario starts for itself.
@@ -31,6 +35,7 @@ const (
 	givenServers serverSet = iota // the deployment's own
 	ownServers                    // Redis: one redis-server; Redlock: five; no persistence
 	ownAOF                        // one redis-server, AOF with appendfsync always
+	ownSentinel                   // a master, its replica and three Sentinels (sentinelGroup)
 )
 
 // Scenarios in the order they run.
@@ -41,13 +46,23 @@ var Scenarios = []*Scenario{
 		About: "the holder is killed (SIGKILL); a rival waits for the key"},
 	{Name: "partition", Backends: serverBackends, run: runPartition,
 		About: "the holder is cut off from every server (its proxies drop its connections and refuse new ones); a rival takes the key once it expires; the holder is let back and writes if it still believes it holds"},
-	{Name: "clock-fast", Backends: []string{"redis", "redlock"}, Violates: []string{"redlock"}, Servers: ownServers, run: runClockFast,
+	{Name: "latency", Backends: serverBackends, run: runLatency,
+		About: "every request of the holder and every reply to it is delayed by 45% of the TTL each way, so that a refresh's reply comes back after most of its validity; a rival waits for the key"},
+	{Name: "lost-replies", Backends: serverBackends, run: runLostReplies,
+		About: "the holder's acquisition reaches the servers and is applied, but its replies are held back until the holder gives up waiting, then dropped with its connections: the key must not stay blocked past its TTL"},
+	{Name: "clock-fast", Backends: []string{"redis", "redlock"}, Violates: []string{"redlock"}, Servers: ownServers, Bare: true, run: runClockFast,
 		About: "a server's clock runs ahead: the lock key expires early on it (simulated by cutting the key's remaining TTL to 1 ms, since libfaketime does not work with redis-server); Redlock's holder reached a bare majority (3 of 5), one of which is that node"},
-	{Name: "restart", Backends: []string{"redis", "redlock"}, Servers: ownServers, Violates: []string{"redlock"}, run: runRestart,
+	{Name: "restart", Backends: []string{"redis", "redlock"}, Servers: ownServers, Violates: []string{"redlock"}, Bare: true, run: runRestart,
 		About: "a server without persistence is restarted at once while the lock is held (Redlock: one of the 3 of 5 nodes the holder reached)"},
 	{Name: "restart-aof", Backends: []string{"redis"}, Servers: ownAOF, run: runRestartAOF,
 		About: "the Redis server, with AOF and appendfsync always, is restarted at once while the lock is held"},
-	{Name: "restart-delayed", Backends: []string{"redlock"}, Servers: ownServers, run: runRestartDelayed,
+	{Name: "failover", Backends: []string{"redis"}, Servers: ownSentinel, run: runFailover,
+		About: "a master with one replica and three Sentinels: replication is held back, the master is killed right after it granted the lock, and the Sentinels promote the replica, which never had the lock key; a rival takes the lock there"},
+	{Name: "minority-down", Backends: []string{"redlock"}, Servers: ownServers, run: runMinorityDown,
+		About: "2 of 5 nodes are killed while the lock is held: the holder keeps it, a rival is refused until it is released"},
+	{Name: "majority-down", Backends: []string{"redlock"}, Servers: ownServers, run: runMajorityDown,
+		About: "3 of 5 nodes are killed while the lock is held and come back empty after the TTL and more: nobody can hold the key meanwhile, and the holder must know it lost it"},
+	{Name: "restart-delayed", Backends: []string{"redlock"}, Servers: ownServers, Bare: true, run: runRestartDelayed,
 		About: "one of the 3 of 5 nodes the holder reached is restarted without persistence after staying down for the lock's TTL and more (the distlock page's delayed restart)"},
 }
 
@@ -62,12 +77,11 @@ func ScenarioNames() []string {
 	return s
 }
 
-// bareMajority, for Redlock, cuts the holder off from nodes 4 and 5
-// before it acquires, so that it holds the key on nodes 1 to 3 only:
-// Kleppmann's case, where one faulty node of the three hands a rival
-// a majority.
+// bareMajority, for Redlock in a Bare scenario, cuts the holder off
+// from nodes 4 and 5 before it acquires, so that it holds the key on
+// nodes 1 to 3 only.
 func bareMajority(d *deployment, a *proc) {
-	if d.backend == "redlock" {
+	if d.backend == "redlock" && d.bare {
 		a.cut(3, 4)
 	}
 }
@@ -267,11 +281,17 @@ func runRestartDelayed(ctx context.Context, r *round, d *deployment) error {
 }
 
 // release has p release its lock, and then checks that the key can be
-// taken again: every fault has cleared by now.
+// taken again.
 func (r *round) release(ctx context.Context, p *proc) error {
 	if _, err := p.do(ctx, 10*time.Second, "release", evReleased); err != nil {
 		return err
 	}
+	return r.takeAgain(ctx, p)
+}
+
+// takeAgain checks, once every fault has cleared, that p can take the
+// key and release it.
+func (r *round) takeAgain(ctx context.Context, p *proc) error {
 	for _, q := range r.procs {
 		q.restore()
 	}
@@ -281,4 +301,121 @@ func (r *round) release(ctx context.Context, p *proc) error {
 	r.recovered = true
 	_, err := p.do(ctx, 10*time.Second, "release", evReleased)
 	return err
+}
+
+func runLatency(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, r.ttl)
+	if err != nil {
+		return err
+	}
+	delay := r.ttl * 45 / 100
+	a.setLatency(delay)
+	at := r.mark("A's traffic delayed by %v each way", delay)
+	if err := rival(ctx, r, b, r.expiry(r.ttl)+4*delay, at); err != nil {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+// runLostReplies: A's acquisition is applied but A never hears so; the
+// library must undo it (or the TTL must end it) so that B gets the key.
+func runLostReplies(ctx context.Context, r *round, d *deployment) error {
+	a, err := r.startProc(ctx, "A", r.url)
+	if err != nil {
+		return err
+	}
+	b, err := r.startProc(ctx, "B", r.url)
+	if err != nil {
+		return err
+	}
+	a.holdReplies(true)
+	r.mark("A's replies held back")
+	if _, err := r.acquire(ctx, a, r.ttl, time.Second); err == nil {
+		return errors.New("A was granted the lock though no reply reached it")
+	} else if !errors.Is(err, errWorker) {
+		return err
+	}
+	a.cut()
+	at := r.mark("A gave up; its held replies dropped with its connections")
+	a.restore()
+	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+// runMinorityDown: with 3 of 5 nodes, the holder keeps the lock and the
+// rival is refused; the killed nodes come back empty once it is released.
+func runMinorityDown(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, longTTL)
+	if err != nil {
+		return err
+	}
+	d.servers[3].kill()
+	d.servers[4].kill()
+	r.mark("nodes 4 and 5 killed")
+	if _, err := r.acquire(ctx, b, r.ttl, 2*time.Second); !errors.Is(err, errWorker) {
+		return fmt.Errorf("the rival's acquisition with 3 of 5 nodes held by A: %v, want refused", err)
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	if _, err := a.do(ctx, 10*time.Second, "release", evReleased); err != nil {
+		return err
+	}
+	for _, n := range d.servers[3:] {
+		if err := n.start(ctx); err != nil {
+			return err
+		}
+	}
+	r.mark("nodes 4 and 5 back, empty")
+	return r.takeAgain(ctx, b)
+}
+
+// runMajorityDown: with 2 of 5 nodes, nobody can hold the key (the
+// rival is refused: too few nodes answer); the holder's refreshes fail
+// and it must know it lost the lock before the nodes come back (empty,
+// after the TTL and more) and the rival takes it.
+func runMajorityDown(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, r.ttl)
+	if err != nil {
+		return err
+	}
+	for _, n := range d.servers[2:] {
+		n.kill()
+	}
+	at := r.mark("nodes 3, 4 and 5 killed")
+	if _, err := r.acquire(ctx, b, r.ttl, time.Second); !errors.Is(err, errWorker) {
+		return fmt.Errorf("the rival's acquisition with 2 of 5 nodes up: %v, want refused", err)
+	}
+	if err := sleep(ctx, r.ttl+r.slack+time.Second); err != nil {
+		return err
+	}
+	for _, n := range d.servers[2:] {
+		if err := n.start(ctx); err != nil {
+			return err
+		}
+	}
+	r.mark("nodes 3, 4 and 5 back, empty")
+	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/locker/conformance"
 )
 
 // redisServer is a redis-server the engine started for the scenarios
@@ -22,22 +24,34 @@ type redisServer struct {
 	dir  string
 	port int
 	args []string
+	// conf, if set, is a config file written before each start and
+	// given first: a Sentinel's.
+	conf func(s *redisServer) string
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
+	// link is the proxy a replica reaches this master through, if any.
+	link *conformance.Proxy
 }
 
 // startRedis starts redis-server bin in a directory of its own under dir,
 // on a free loopback port, with args, and waits until it answers.
 func startRedis(ctx context.Context, bin, dir string, args ...string) (*redisServer, error) {
+	s, err := newRedis(bin, dir, args...)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.start(ctx)
+}
+
+// newRedis prepares a redis-server on a free port, in a directory of its
+// own under dir, without starting it.
+func newRedis(bin, dir string, args ...string) (*redisServer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	s := &redisServer{bin: bin, dir: filepath.Join(dir, "redis-"+strconv.Itoa(port)), port: port, args: args}
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, err
-	}
-	return s, s.start(ctx)
+	return s, os.MkdirAll(s.dir, 0o755)
 }
 
 // freePort returns a loopback port nothing listens on now.
@@ -55,7 +69,14 @@ func (s *redisServer) addr() string { return net.JoinHostPort("127.0.0.1", strco
 // start runs the server and waits until it answers PING. A server that
 // exits first (the port was taken meanwhile) is an error that says so.
 func (s *redisServer) start(ctx context.Context) error {
-	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", ""}, s.args...)
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir}, s.args...)
+	if s.conf != nil {
+		path := filepath.Join(s.dir, "sentinel.conf")
+		if err := os.WriteFile(path, []byte(s.conf(s)), 0o644); err != nil {
+			return err
+		}
+		args = append([]string{path, "--sentinel"}, args...)
+	}
 	s.cmd = exec.Command(s.bin, args...)
 	out := &tail{}
 	s.cmd.Stdout, s.cmd.Stderr = out, out
@@ -96,6 +117,14 @@ func (s *redisServer) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Kill()
 		<-s.done
+	}
+}
+
+// stop kills the server for good, with the proxy its replica used.
+func (s *redisServer) stop() {
+	s.kill()
+	if s.link != nil {
+		s.link.Close()
 	}
 }
 
@@ -144,12 +173,15 @@ func globEscape(s string) string {
 // ownServers starts the servers a scenario of set needs on backend, and
 // returns them with the URL that names them.
 func ownServersFor(ctx context.Context, set serverSet, backend, bin, dir string) ([]*redisServer, string, error) {
-	n, args := 1, []string{"--appendonly", "no"}
+	n, args := 1, []string{"--save", "", "--appendonly", "no"}
 	if set == ownAOF {
-		args = []string{"--appendonly", "yes", "--appendfsync", "always"}
+		args = []string{"--save", "", "--appendonly", "yes", "--appendfsync", "always"}
 	}
 	if backend == "redlock" {
 		n = 5
+	}
+	if set == ownSentinel {
+		return sentinelGroup(ctx, bin, dir)
 	}
 	var servers []*redisServer
 	var hosts []string
@@ -167,7 +199,7 @@ func ownServersFor(ctx context.Context, set serverSet, backend, bin, dir string)
 
 func stopServers(servers []*redisServer) {
 	for _, s := range servers {
-		s.kill()
+		s.stop()
 	}
 }
 

@@ -24,7 +24,8 @@ import (
 // Commands:
 //
 //	acquire TTL WAIT   take the key (the watchdog refreshes it), waiting at
-//	                   most WAIT; answers "granted" or "error"
+//	                   most WAIT and trying again after errors (a server
+//	                   down); answers "granted" or "error"
 //	write              write to the resource with the lock's fence, whether
 //	                   or not the lock is still believed held: a write the
 //	                   holder decided on before it was paused, in flight
@@ -131,7 +132,7 @@ func (w *server) acquire(ctx context.Context, args []string) error {
 	}
 	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	lock, err := w.l.Acquire(actx, w.key, locker.WithTTL(ttl))
+	lock, err := acquireRetrying(actx, w.l, w.key, ttl)
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
@@ -146,6 +147,27 @@ func (w *server) acquire(ctx context.Context, args []string) error {
 	}()
 	return nil
 }
+
+// acquireRetrying acquires key, trying again after an error (a server
+// down, a failover under way) until ctx ends, as an application that
+// needs the lock would; it returns the last error.
+func acquireRetrying(ctx context.Context, l locker.Locker, key string, ttl time.Duration) (locker.Lock, error) {
+	for {
+		lock, err := l.Acquire(ctx, key, locker.WithTTL(ttl))
+		if err == nil || ctx.Err() != nil || errors.Is(err, locker.ErrClosed) {
+			return lock, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(retryPause):
+		}
+	}
+}
+
+// retryPause is how long a worker waits before it tries again after a
+// failed acquisition.
+const retryPause = 100 * time.Millisecond
 
 // write reports a write with the lock's fence; with ifHeld, only while
 // the lock is believed held.
