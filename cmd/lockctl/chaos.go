@@ -26,6 +26,8 @@ type chaosCmd struct {
 	rounds      int
 	ttl         time.Duration
 	redisServer string
+	etcd        string
+	zkClasspath string
 	out         string
 }
 
@@ -56,7 +58,9 @@ Scenarios (--scenario, default all; each runs on the backends it applies to):
 ` + scenarioHelp() + `
 The scenarios that restart servers or move a server's clock run on Redis
 servers lockctl starts itself (redis-server on $PATH, or --redis-server),
-never on the deployment given. Keys start with lockctl-chaos/<random>/.
+and the leader scenarios on a three-member etcd cluster or ZooKeeper
+ensemble it starts (--etcd, --zk-classpath): never on the deployment
+given, which only says which backends to test. Keys start with lockctl-chaos/<random>/.
 The exit code is 1 when a cell's outcome is not what the backend's
 guarantees say it should be (the report's verdict column says why).`,
 		Example: `  # Every scenario on the test servers (make services-up), 3 rounds each:
@@ -74,6 +78,8 @@ guarantees say it should be (the report's verdict column says why).`,
 	f.IntVar(&ch.rounds, "rounds", 3, "rounds of each scenario on each backend")
 	f.DurationVar(&ch.ttl, "ttl", 2*time.Second, "TTL of the locks of the scenarios that wait for an expiry (raised to a backend's smallest)")
 	f.StringVar(&ch.redisServer, "redis-server", "", "redis-server binary for the scenarios that restart servers (default: $PATH's)")
+	f.StringVar(&ch.etcd, "etcd", "", "etcd binary for the leader scenarios' own three-member cluster (default: $LOCKER_TEST_ETCD_BIN, else $PATH's)")
+	f.StringVar(&ch.zkClasspath, "zk-classpath", "", "ZooKeeper's Java classpath for the leader scenarios' own ensemble (default: $LOCKER_TEST_ZK_CLASSPATH, else Debian's jars)")
 	f.StringVar(&ch.out, "out", "", "directory to write report.json, report.md and report.html to")
 	return c
 }
@@ -106,7 +112,7 @@ func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
 	}
 	start := time.Now()
 	rep, err := chaos.Run(ctx, chaos.Options{
-		URLs: urls, Scenarios: ch.scenarios, Rounds: ch.rounds, TTL: ch.ttl, RedisServer: ch.redisServer,
+		URLs: urls, Scenarios: ch.scenarios, Rounds: ch.rounds, TTL: ch.ttl, RedisServer: ch.redisServer, Etcd: ch.etcd, ZKClasspath: ch.zkClasspath,
 		Worker: chaosWorkerCommand, Command: commandLine(c),
 		Progress: func(step, steps int, what string) {
 			fmt.Fprintf(ch.app.stderr, "[%2d/%d %s] %s\n", step, steps, time.Since(start).Round(time.Second), what)

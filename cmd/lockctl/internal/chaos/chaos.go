@@ -29,6 +29,8 @@ type Options struct {
 	// to each backend's smallest. 0 means 2 s.
 	TTL         time.Duration
 	RedisServer string // the redis-server binary for the scenarios that restart servers
+	Etcd        string // the etcd binary for the leader scenarios
+	ZKClasspath string // the ZooKeeper classpath for the leader scenarios
 	Worker      WorkerCommand
 	Command     string // the command line, for the report
 	// Progress, if set, is told of each round as it starts.
@@ -65,6 +67,8 @@ type Cell struct {
 	// Recovered: rounds after which the key could be taken again once
 	// every fault had cleared.
 	Recovered int `json:"recovered"`
+	// StaleRounds: rounds in which a stale write was accepted.
+	StaleRounds int `json:"stale_rounds"`
 	// NewHolder: the longest time from the fault until a rival held the
 	// key (the time no one could), over the rounds that had one.
 	NewHolder time.Duration `json:"new_holder,omitempty"`
@@ -98,6 +102,7 @@ type deployment struct {
 	ttl     time.Duration
 	slack   time.Duration
 	servers []*redisServer // those the engine started, for the scenarios that restart them
+	cluster *cluster       // the three-member cluster the engine started, for the leader scenarios
 	bare    bool           // the scenario's Bare
 }
 

@@ -36,6 +36,7 @@ const (
 	ownServers                    // Redis: one redis-server; Redlock: five; no persistence
 	ownAOF                        // one redis-server, AOF with appendfsync always
 	ownSentinel                   // a master, its replica and three Sentinels (sentinelGroup)
+	ownCluster                    // three etcd members or a ZooKeeper ensemble of three (cluster.go)
 )
 
 // Scenarios in the order they run.
@@ -58,6 +59,10 @@ var Scenarios = []*Scenario{
 		About: "the Redis server, with AOF and appendfsync always, is restarted at once while the lock is held"},
 	{Name: "failover", Backends: []string{"redis"}, Servers: ownSentinel, run: runFailover,
 		About: "a master with one replica and three Sentinels: replication is held back, the master is killed right after it granted the lock, and the Sentinels promote the replica, which never had the lock key; a rival takes the lock there"},
+	{Name: "leader-kill", Backends: []string{"zookeeper", "etcd"}, Servers: ownCluster, run: runLeaderKill,
+		About: "in a three-member cluster, the leader is killed while the lock is held: a new leader is elected, the lock must survive it (a rival is refused) or, if it is lost, the holder must know"},
+	{Name: "leader-partition", Backends: []string{"zookeeper", "etcd"}, Servers: ownCluster, run: runLeaderPartition,
+		About: "in a three-member cluster, the leader stops answering anyone (SIGSTOP: cut off from its peers and its clients alike) for a few seconds while the lock is held, then comes back"},
 	{Name: "minority-down", Backends: []string{"redlock"}, Servers: ownServers, run: runMinorityDown,
 		About: "2 of 5 nodes are killed while the lock is held: the holder keeps it, a rival is refused until it is released"},
 	{Name: "majority-down", Backends: []string{"redlock"}, Servers: ownServers, run: runMajorityDown,
@@ -418,4 +423,68 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// leaderTTL is the lock's TTL in the leader scenarios: an election takes
+// seconds, and a lock whose TTL is shorter is lost to it however well
+// the backend does.
+const leaderTTL = 10 * time.Second
+
+func runLeaderKill(ctx context.Context, r *round, d *deployment) error {
+	return leaderFault(ctx, r, d, "killed", func(m *member) { m.kill() }, func(m *member) error { return m.start() })
+}
+
+func runLeaderPartition(ctx context.Context, r *round, d *deployment) error {
+	return leaderFault(ctx, r, d, "stopped (SIGSTOP)",
+		func(m *member) { m.signal(syscall.SIGSTOP) },
+		func(m *member) error {
+			if err := sleep(ctx, 4*time.Second); err != nil {
+				return err
+			}
+			m.signal(syscall.SIGCONT)
+			return nil
+		})
+}
+
+// leaderFault: A holds the lock; the leader suffers fault; B must be
+// refused while A believes it holds; A writes; the leader recovers (heal)
+// and the cluster has a leader again before A releases and the key is
+// taken again.
+func leaderFault(ctx context.Context, r *round, d *deployment, what string, fault func(*member), heal func(*member) error) error {
+	a, b, err := holder(ctx, r, d, leaderTTL)
+	if err != nil {
+		return err
+	}
+	c := d.cluster
+	l, err := c.leader(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	fault(c.members[l])
+	at := r.mark("the leader (member %d) %s", l+1, what)
+	_, err = r.acquire(ctx, b, r.ttl, 3*time.Second)
+	rivalHolds := err == nil
+	if rivalHolds {
+		r.newHolder = r.since() - at
+		r.write(ctx, b, true)
+	} else if !errors.Is(err, errWorker) {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	if err := heal(c.members[l]); err != nil {
+		return err
+	}
+	r.mark("member %d back", l+1)
+	if _, err := c.leader(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	if _, err := a.do(ctx, 10*time.Second, "release", evReleased, evError); err != nil {
+		return err
+	}
+	if rivalHolds {
+		return r.release(ctx, b)
+	}
+	return r.takeAgain(ctx, b)
 }

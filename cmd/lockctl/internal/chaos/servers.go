@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -206,16 +205,23 @@ func stopServers(servers []*redisServer) {
 // findRedisServer returns the redis-server binary to start: bin if given,
 // else $LOCKER_TEST_REDIS_SERVER, else redis-server on $PATH.
 func findRedisServer(bin string) (string, error) {
-	for _, b := range []string{bin, os.Getenv("LOCKER_TEST_REDIS_SERVER"), "redis-server"} {
-		if b == "" {
-			continue
+	return findBinary(bin, "LOCKER_TEST_REDIS_SERVER", "redis-server", "--redis-server")
+}
+
+// findBinary returns the binary flagValue names, else the one the
+// variable env names, else name on $PATH.
+func findBinary(flagValue, env, name, flag string) (string, error) {
+	if flagValue != "" {
+		p, err := exec.LookPath(flagValue)
+		if err != nil {
+			return "", fmt.Errorf("%s %s: not found or not executable", flag, flagValue)
 		}
-		if p, err := exec.LookPath(b); err == nil {
+		return p, nil
+	}
+	for _, b := range []string{os.Getenv(env), name} {
+		if p, err := exec.LookPath(b); b != "" && err == nil {
 			return p, nil
 		}
-		if b == bin {
-			return "", fmt.Errorf("--redis-server %s: not found or not executable", bin)
-		}
 	}
-	return "", errors.New("no redis-server on $PATH: the scenarios that restart servers need one (--redis-server PATH)")
+	return "", fmt.Errorf("no %s on $PATH nor in $%s: the scenarios that start servers of their own need one (%s PATH)", name, env, flag)
 }

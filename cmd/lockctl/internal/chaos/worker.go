@@ -61,14 +61,14 @@ type event struct {
 }
 
 // Serve runs the worker side of the protocol on l for key, reading
-// commands from in and writing events to out, until in ends or ctx is
-// done. It releases what it holds before it returns.
+// commands from in and writing events to out, until in ends; ctx bounds
+// the acquisitions. It releases what it holds before it returns.
 func Serve(ctx context.Context, l locker.Locker, key string, in io.Reader, out io.Writer) error {
 	w := &server{l: l, key: key, enc: json.NewEncoder(out)}
 	defer w.drop()
 	w.emit(event{Ev: evReady})
 	sc := bufio.NewScanner(in)
-	for sc.Scan() && ctx.Err() == nil {
+	for sc.Scan() {
 		if err := w.do(ctx, strings.Fields(sc.Text())); err != nil {
 			w.emit(event{Ev: evError, Err: err.Error()})
 		}
@@ -154,7 +154,8 @@ func (w *server) acquire(ctx context.Context, args []string) error {
 func acquireRetrying(ctx context.Context, l locker.Locker, key string, ttl time.Duration) (locker.Lock, error) {
 	for {
 		lock, err := l.Acquire(ctx, key, locker.WithTTL(ttl))
-		if err == nil || ctx.Err() != nil || errors.Is(err, locker.ErrClosed) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, locker.ErrClosed) ||
+			errors.Is(err, locker.ErrInvalidKey) || errors.Is(err, locker.ErrInvalidTTL) {
 			return lock, err
 		}
 		select {
@@ -172,8 +173,12 @@ const retryPause = 100 * time.Millisecond
 // write reports a write with the lock's fence; with ifHeld, only while
 // the lock is believed held.
 func (w *server) write(ifHeld bool) error {
+	if w.lock == nil && ifHeld {
+		w.emit(event{Ev: evSkip, Err: "no lock held"})
+		return nil
+	}
 	if w.lock == nil {
-		return errors.New("write: no lock was ever granted")
+		return errors.New("write: no lock held")
 	}
 	fence, fenced := w.lock.Fence()
 	believes := w.lock.Err() == nil
