@@ -13,7 +13,7 @@
 #                     and stops its own servers; report in bench-report/
 # make chaos          lockctl chaos: faults (paused, killed and cut-off holders,
 #                     restarted servers, a clock running ahead) on every
-#                     backend, 5 rounds each, counted by a fencing-checked
+#                     backend, 10 rounds each, counted by a fencing-checked
 #                     resource; starts and stops its own servers; report in
 #                     chaos-report/
 # make bench-go       the packages' Go benchmarks and bench/*/ against running

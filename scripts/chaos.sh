@@ -5,7 +5,7 @@
 # rounds each. The scenarios that restart servers start redis-servers of
 # their own. The report goes to $LOCKER_CHAOS_OUT (default chaos-report/):
 # report.json, report.md and report.html. Extra lockctl chaos flags in
-# $LOCKER_CHAOS_ARGS (e.g. "--rounds 10").
+# $LOCKER_CHAOS_ARGS (e.g. "--rounds 20" or "--scenario pause,failover").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${LOCKER_TEST_IN_SERVICES:-}" ] || LOCKER_TEST_IN_SERVICES=1 exec scripts/with-services.sh "$0" "$@"
@@ -19,4 +19,4 @@ echo "+ (cd cmd/lockctl && go build -o ../../lockctl .)" >&2
 	--url "$LOCKER_TEST_REDLOCK_URL" \
 	--url "$LOCKER_TEST_ZK_URL" \
 	--url "$LOCKER_TEST_ETCD_URL" \
-	--rounds 5 --out "$out" ${LOCKER_CHAOS_ARGS:-} "$@"
+	--rounds 10 --out "$out" ${LOCKER_CHAOS_ARGS:-} "$@"

@@ -15,11 +15,9 @@ func (e *engine) cell(ctx context.Context, sc *Scenario, d *deployment) Cell {
 		if ctx.Err() != nil {
 			break
 		}
-		e.step++
-		if e.o.Progress != nil {
-			e.o.Progress(e.step, e.steps, fmt.Sprintf("%s on %s, round %d of %d", sc.Name, d.backend, i+1, e.o.Rounds))
-		}
+		e.progress(fmt.Sprintf("%s on %s, round %d of %d", sc.Name, d.backend, i+1, e.o.Rounds))
 		res := e.round(ctx, sc, d, i)
+		c.History = append(c.History, res)
 		c.Counts.add(res.Counts)
 		if res.Recovered {
 			c.Recovered++
@@ -31,8 +29,14 @@ func (e *engine) cell(ctx context.Context, sc *Scenario, d *deployment) Cell {
 		if res.Err != "" {
 			c.Errors = append(c.Errors, fmt.Sprintf("round %d: %s", i+1, res.Err))
 		}
-		if c.Example == nil || c.Example.Counts.StaleAccepted == 0 && res.Counts.StaleAccepted > 0 {
-			c.Example = &res
+	}
+	if len(c.History) > 0 {
+		c.Example = &c.History[0]
+	}
+	for i := range c.History {
+		if c.History[i].Counts.StaleAccepted > 0 {
+			c.Example = &c.History[i]
+			break
 		}
 	}
 	c.judge(slices.Contains(sc.Violates, d.backend), d.fencing)

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distlock/locker"
@@ -78,8 +79,9 @@ type Cell struct {
 	Expected bool     `json:"expected"`
 	Errors   []string `json:"errors,omitempty"`
 	// Example is one round's history: the first that let a stale write
-	// through, else the first.
-	Example *RoundResult `json:"example,omitempty"`
+	// through, else the first. History has every round's.
+	Example *RoundResult  `json:"example,omitempty"`
+	History []RoundResult `json:"history"`
 }
 
 // RoundResult is one round's history and counts.
@@ -127,15 +129,39 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	e.plan(scs)
+	// Each backend runs its cells in turn, the backends at once: their
+	// rounds share no server and no key.
+	cells := make([][]Cell, len(e.deps))
+	var wg sync.WaitGroup
+	for i, d := range e.deps {
+		wg.Go(func() {
+			for _, sc := range scs {
+				if slices.Contains(sc.Backends, d.backend) && ctx.Err() == nil {
+					cells[i] = append(cells[i], e.cell(ctx, sc, d))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rep.Cells = matrix(scs, cells)
+	rep.Took = time.Since(rep.Started)
+	return rep, ctx.Err()
+}
+
+// matrix orders the cells by scenario, then backend, as the deployments
+// were given.
+func matrix(scs []*Scenario, byBackend [][]Cell) []Cell {
+	var all []Cell
 	for _, sc := range scs {
-		for _, d := range e.deps {
-			if slices.Contains(sc.Backends, d.backend) && ctx.Err() == nil {
-				rep.Cells = append(rep.Cells, e.cell(ctx, sc, d))
+		for _, cs := range byBackend {
+			for _, c := range cs {
+				if c.Scenario == sc.Name {
+					all = append(all, c)
+				}
 			}
 		}
 	}
-	rep.Took = time.Since(rep.Started)
-	return rep, ctx.Err()
+	return all
 }
 
 // pick returns the scenarios named, all when none is.
@@ -159,13 +185,25 @@ func pick(names []string) ([]*Scenario, error) {
 
 // engine is one run's state.
 type engine struct {
-	o     Options
-	rep   *Report
-	id    string
-	deps  []*deployment
-	dir   string // for the servers the engine starts
+	o    Options
+	rep  *Report
+	id   string
+	deps []*deployment
+	dir  string // for the servers the engine starts
+
+	mu    sync.Mutex // guards step
 	step  int
 	steps int
+}
+
+// progress reports the start of the next round.
+func (e *engine) progress(what string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.step++
+	if e.o.Progress != nil {
+		e.o.Progress(e.step, e.steps, what)
+	}
 }
 
 // prepare opens each deployment once, to learn its backend and what it
