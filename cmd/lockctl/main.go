@@ -4,6 +4,9 @@
 //
 //	lockctl run [--ttl D] [--wait D | --no-wait] [--grace D] KEY -- CMD ARGS...
 //	lockctl demo [--workers N] [--ttl D]
+//	lockctl check | doctor | inspect KEY | release --force KEY
+//	lockctl bench --url URL... [--scenario ...] [--out DIR]
+//	lockctl chaos --url URL... [--scenario ...] [--rounds N] [--out DIR]
 //	lockctl help exit-codes
 //	lockctl completion bash|zsh|fish|powershell
 //
@@ -25,7 +28,9 @@
 //
 //	0      success
 //	N      run: the command's own exit code
-//	1      demo: a stale write was accepted although the backend claims fencing
+//	1      demo: a stale write was accepted although the backend claims fencing;
+//	       check, doctor: a case or a check failed; chaos: a cell's outcome
+//	       was not what the backend's guarantees say
 //	122    run: the lock was lost while the command ran (the command was
 //	       sent SIGTERM, then SIGKILL after --grace)
 //	124    the lock was not acquired: held by someone else with --no-wait,

@@ -39,6 +39,10 @@ tr.bad td{background:#fdd}pre{font-size:12px;background:#f6f6f6;padding:8px}
 <table><tr>{{range header}}<th>{{.}}</th>{{end}}</tr>
 {{range .Cells}}<tr{{if not .Expected}} class="bad"{{end}}>{{range row .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
+<p>In each timeline: a bar is the time a client believed it held the lock (from its grant to its loss, release or death);
+a tick is a write: <span style="color:#2a2">rightful</span>, <span style="color:#24c">stale, rejected by the fence</span>,
+<span style="color:#d00">stale, accepted after the new holder's write</span>, <span style="color:#e80">stale, accepted before it</span>,
+<span style="color:#a0a">rightful, rejected</span>; a dashed line is a fault or a recovery.</p>
 {{range .Cells}}<h3>{{.Scenario}} on {{.Backend}}</h3>
 <p>Expected: {{.Expect}}. Verdict: {{.Verdict}}.</p>
 {{range .Errors}}<p>error: {{.}}</p>{{end}}
