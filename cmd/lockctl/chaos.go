@@ -193,12 +193,15 @@ func newChaosWorkerCmd(a *app) *cobra.Command {
 			if err != nil {
 				return exitf(exitError, "%v", err)
 			}
-			l, err := a.open(c.Context(), t)
+			ctx, cancel := context.WithTimeout(c.Context(), openTimeout)
+			l, f, err := chaos.Open(ctx, t.url)
+			cancel()
 			if err != nil {
-				return err
+				return exitf(exitError, "%v", err)
 			}
+			defer f.Close()
 			defer l.Close()
-			return chaos.Serve(c.Context(), l, args[0], a.stdin, a.stdout)
+			return chaos.Serve(c.Context(), l, f, args[0], a.stdin, a.stdout)
 		},
 	}
 }

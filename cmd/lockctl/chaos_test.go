@@ -105,3 +105,38 @@ func TestChaosErrors(t *testing.T) {
 		wantCode(t, r, exitError, tc.want)
 	}
 }
+
+// TestChaosSentinelCluster: on a Sentinel deployment and a Redis Cluster,
+// whose clients dial the addresses the servers hand out (the master a
+// Sentinel names, the Cluster's nodes), the faults still reach every
+// connection of the holder: cut off, it loses the lock and knows it
+// (partition), and its applied but unanswered acquisition is undone
+// (lost-replies). Were the master's connections left out, the holder
+// would keep refreshing through a partition and the rival would never get
+// the key.
+func TestChaosSentinelCluster(t *testing.T) {
+	t.Parallel()
+	sentinel, cluster := serverURL(t, "LOCKER_TEST_REDIS_SENTINEL_URL"), serverURL(t, "LOCKER_TEST_REDIS_CLUSTER_URL")
+	p := start(t, testEnv(t), "chaos", "--url", sentinel, "--url", cluster, "--scenario", "partition,lost-replies", "--rounds", "1", "--json")
+	code := p.wait(t, 5*time.Minute)
+	var rep chaos.Report
+	if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil {
+		t.Fatalf("exit %d, --json output: %v\n%s\nstderr:\n%s", code, err, p.stdout.String(), p.stderr.String())
+	}
+	if code != 0 {
+		t.Errorf("exit code %d, want 0; stderr:\n%s", code, p.stderr.String())
+	}
+	got := map[string]int{}
+	for _, c := range rep.Cells {
+		got[c.Backend]++
+		if !c.Expected || c.Recovered != c.Rounds {
+			t.Errorf("%s on %s: %s %v", c.Scenario, c.Backend, c.Verdict, c.Errors)
+		}
+		if c.Scenario == "partition" && c.Counts.Skipped != c.Rounds {
+			t.Errorf("partition on %s: the holder skipped %d of %d writes; it should have known it lost the lock", c.Backend, c.Counts.Skipped, c.Rounds)
+		}
+	}
+	if got["redis"] != 2 || got["redis#2"] != 2 {
+		t.Errorf("cells per deployment: %v, want 2 each for redis and redis#2", got)
+	}
+}

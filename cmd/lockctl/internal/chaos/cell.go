@@ -10,12 +10,12 @@ import (
 
 // cell runs sc's rounds on d and judges them.
 func (e *engine) cell(ctx context.Context, sc *Scenario, d *deployment) Cell {
-	c := Cell{Scenario: sc.Name, Backend: d.backend, Rounds: e.o.Rounds}
+	c := Cell{Scenario: sc.Name, Backend: d.label, Rounds: e.o.Rounds}
 	for i := range e.o.Rounds {
 		if ctx.Err() != nil {
 			break
 		}
-		e.progress(fmt.Sprintf("%s on %s, round %d of %d", sc.Name, d.backend, i+1, e.o.Rounds))
+		e.progress(fmt.Sprintf("%s on %s, round %d of %d", sc.Name, d.label, i+1, e.o.Rounds))
 		res := e.round(ctx, sc, d, i)
 		c.History = append(c.History, res)
 		c.Counts.add(res.Counts)
@@ -46,7 +46,7 @@ func (e *engine) cell(ctx context.Context, sc *Scenario, d *deployment) Cell {
 // round runs one round of sc on d, on servers of its own where sc
 // restarts servers.
 func (e *engine) round(ctx context.Context, sc *Scenario, d *deployment, i int) RoundResult {
-	key := fmt.Sprintf("lockctl-chaos/%s/%s/%s/%d", e.id, sc.Name, d.backend, i)
+	key := fmt.Sprintf("lockctl-chaos/%s/%s/%s/%d", e.id, sc.Name, d.label, i)
 	dd := *d
 	dd.bare = sc.Bare
 	stop, err := e.ownServers(ctx, sc.Servers, &dd)

@@ -98,8 +98,9 @@ type RoundResult struct {
 
 // deployment is a backend the rounds run on.
 type deployment struct {
-	backend string
-	url     string // what the workers are given (through their proxies)
+	backend string // the backend's name, which scenarios apply to
+	label   string // the backend's name, numbered when the run has several of one backend
+	url     string // what the workers are given
 	fencing bool
 	ttl     time.Duration
 	slack   time.Duration
@@ -221,13 +222,28 @@ func (e *engine) prepare(ctx context.Context) error {
 		if caps.Name == "memory" {
 			return fmt.Errorf("%s: the memory backend's locks live in one process; chaos needs holders in processes of their own (give a server backend)", locker.Redact(u))
 		}
-		d := &deployment{backend: caps.Name, url: u, fencing: caps.Fencing, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
+		d := &deployment{backend: caps.Name, label: e.label(caps.Name), url: u, fencing: caps.Fencing, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
 		e.deps = append(e.deps, d)
-		e.rep.Backends = append(e.rep.Backends, Backend{Name: d.backend, URL: locker.Redact(u), Fencing: d.fencing, TTL: d.ttl, ExpirySlack: d.slack})
+		e.rep.Backends = append(e.rep.Backends, Backend{Name: d.label, URL: locker.Redact(u), Fencing: d.fencing, TTL: d.ttl, ExpirySlack: d.slack})
 	}
 	dir, err := os.MkdirTemp("", "lockctl-chaos-")
 	e.dir = dir
 	return err
+}
+
+// label names a deployment of backend: the backend's name, and from the
+// second deployment of one backend on, its number ("redis#2").
+func (e *engine) label(backend string) string {
+	n := 1
+	for _, d := range e.deps {
+		if d.backend == backend {
+			n++
+		}
+	}
+	if n == 1 {
+		return backend
+	}
+	return fmt.Sprintf("%s#%d", backend, n)
 }
 
 func (e *engine) cleanup() {

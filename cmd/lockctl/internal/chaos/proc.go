@@ -8,41 +8,36 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/distlock/locker/conformance"
 )
 
 // WorkerCommand returns the command of a worker process for key on the
 // deployment at url: lockctl's is "lockctl chaos-worker".
 type WorkerCommand func(url, key string) *exec.Cmd
 
-// proc is one worker process as the engine sees it: its input, the
-// events it wrote, and the proxies between it and the servers.
+// proc is one worker process as the engine sees it: its input and the
+// events it wrote. The worker's connections go through proxies of its
+// own (Faults), which the engine's fault commands set.
 type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	in      io.WriteCloser
-	events  chan event // every event, in order, stamped
-	exited  chan struct{}
-	proxies []*conformance.Proxy
-	stderr  *tail
+	name   string
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	events chan event // every event, in order, stamped
+	exited chan struct{}
+	stderr *tail
 }
 
-// startProc starts a worker named name for key behind a proxy per host of
-// url; every event it writes goes to r.observe, then to the proc's
-// events channel.
+// startProc starts a worker named name for key on url; every event it
+// writes goes to r.observe, then to the proc's events channel.
 func (r *round) startProc(ctx context.Context, name, url string) (*proc, error) {
-	purl, proxies, err := conformance.ProxyURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("proxies for %s: %w", name, err)
-	}
-	p := &proc{name: name, proxies: proxies, events: make(chan event, 1024), exited: make(chan struct{}), stderr: &tail{}}
-	p.cmd = r.worker(purl, r.key)
+	p := &proc{name: name, events: make(chan event, 1024), exited: make(chan struct{}), stderr: &tail{}}
+	p.cmd = r.worker(url, r.key)
 	p.cmd.Stderr = p.stderr
+	var err error
 	p.in, err = p.cmd.StdinPipe()
 	if err == nil {
 		var out io.ReadCloser
@@ -53,7 +48,6 @@ func (r *round) startProc(ctx context.Context, name, url string) (*proc, error) 
 		}
 	}
 	if err != nil {
-		p.closeProxies()
 		return nil, fmt.Errorf("starting worker %s: %w", name, err)
 	}
 	r.procs = append(r.procs, p)
@@ -133,49 +127,34 @@ func (p *proc) stop() {
 		p.cmd.Process.Kill()
 		<-p.exited
 	}
-	p.closeProxies()
 }
 
-func (p *proc) closeProxies() {
-	for _, px := range p.proxies {
-		px.Close()
-	}
+// fault has the worker set its proxies: see Faults.apply.
+func (p *proc) fault(ctx context.Context, args ...string) error {
+	_, err := p.do(ctx, 10*time.Second, "fault "+strings.Join(args, " "), evFaulted)
+	return err
 }
 
 // cut drops the worker's connections to the hosts at the given indexes
-// of its URL (all of them when none is given) and refuses new ones.
-func (p *proc) cut(hosts ...int) {
-	for i, px := range p.proxies {
-		if len(hosts) == 0 || contains(hosts, i) {
-			px.Cut()
-		}
+// of its URL (every server when none is given) and refuses new ones.
+func (p *proc) cut(ctx context.Context, hosts ...int) error {
+	args := []string{"cut"}
+	for _, h := range hosts {
+		args = append(args, strconv.Itoa(h))
 	}
+	return p.fault(ctx, args...)
 }
 
-// restore lets the worker reach every host again, without delay, and
-// delivers the replies held back.
-func (p *proc) restore() {
-	for _, px := range p.proxies {
-		px.Restore()
-		px.SetLatency(0)
-		px.HoldReplies(false)
+// restore lets the worker reach every server again, without delay, and
+// delivers the replies held back. A worker that has exited has nothing
+// to restore.
+func (p *proc) restore(ctx context.Context) error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
 	}
-}
-
-// setLatency delays everything between the worker and its servers by d
-// each way.
-func (p *proc) setLatency(d time.Duration) {
-	for _, px := range p.proxies {
-		px.SetLatency(d)
-	}
-}
-
-// holdReplies holds back (or, off, delivers) what the servers send the
-// worker: its requests are applied, their replies wait.
-func (p *proc) holdReplies(on bool) {
-	for _, px := range p.proxies {
-		px.HoldReplies(on)
-	}
+	return p.fault(ctx, "restore")
 }
 
 func contains[T comparable](s []T, v T) bool {

@@ -46,7 +46,7 @@ var Scenarios = []*Scenario{
 	{Name: "kill", Backends: serverBackends, run: runKill,
 		About: "the holder is killed (SIGKILL); a rival waits for the key"},
 	{Name: "partition", Backends: serverBackends, run: runPartition,
-		About: "the holder is cut off from every server (its proxies drop its connections and refuse new ones); a rival takes the key once it expires; the holder is let back and writes if it still believes it holds"},
+		About: "the holder is cut off from every server (its proxies drop its connections and refuse new ones; on ZooKeeper and etcd its session or lease expires); a rival takes the key once it expires; the holder is let back and writes if it still believes it holds"},
 	{Name: "latency", Backends: serverBackends, run: runLatency,
 		About: "every request of the holder and every reply to it is delayed by 45% of the TTL each way, so that a refresh's reply comes back after most of its validity; a rival waits for the key"},
 	{Name: "lost-replies", Backends: serverBackends, run: runLostReplies,
@@ -85,10 +85,11 @@ func ScenarioNames() []string {
 // bareMajority, for Redlock in a Bare scenario, cuts the holder off
 // from nodes 4 and 5 before it acquires, so that it holds the key on
 // nodes 1 to 3 only.
-func bareMajority(d *deployment, a *proc) {
+func bareMajority(ctx context.Context, d *deployment, a *proc) error {
 	if d.backend == "redlock" && d.bare {
-		a.cut(3, 4)
+		return a.cut(ctx, 3, 4)
 	}
+	return nil
 }
 
 // faultyNode is the node a scenario breaks: the single Redis, or
@@ -109,7 +110,9 @@ func holder(ctx context.Context, r *round, d *deployment, ttl time.Duration) (a,
 	if b, err = r.startProc(ctx, "B", r.url); err != nil {
 		return nil, nil, err
 	}
-	bareMajority(d, a)
+	if err = bareMajority(ctx, d, a); err != nil {
+		return nil, nil, err
+	}
 	if _, err = r.acquire(ctx, a, ttl, r.expiry(ttl)); err != nil {
 		return nil, nil, err
 	}
@@ -173,12 +176,16 @@ func runPartition(ctx context.Context, r *round, d *deployment) error {
 	if err != nil {
 		return err
 	}
-	a.cut()
+	if err := a.cut(ctx); err != nil {
+		return err
+	}
 	at := r.mark("A cut off from every server")
 	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
 		return err
 	}
-	a.restore()
+	if err := a.restore(ctx); err != nil {
+		return err
+	}
 	r.mark("A let back")
 	if _, err := r.write(ctx, a, true); err != nil {
 		return err
@@ -298,7 +305,9 @@ func (r *round) release(ctx context.Context, p *proc) error {
 // key and release it.
 func (r *round) takeAgain(ctx context.Context, p *proc) error {
 	for _, q := range r.procs {
-		q.restore()
+		if err := q.restore(ctx); err != nil {
+			return err
+		}
 	}
 	if _, err := r.acquire(ctx, p, r.ttl, r.expiry(r.ttl)); err != nil {
 		return fmt.Errorf("the key could not be taken again after the fault cleared: %w", err)
@@ -314,7 +323,9 @@ func runLatency(ctx context.Context, r *round, d *deployment) error {
 		return err
 	}
 	delay := r.ttl * 45 / 100
-	a.setLatency(delay)
+	if err := a.fault(ctx, "latency", delay.String()); err != nil {
+		return err
+	}
 	at := r.mark("A's traffic delayed by %v each way", delay)
 	if err := rival(ctx, r, b, r.expiry(r.ttl)+4*delay, at); err != nil {
 		return err
@@ -336,16 +347,22 @@ func runLostReplies(ctx context.Context, r *round, d *deployment) error {
 	if err != nil {
 		return err
 	}
-	a.holdReplies(true)
+	if err := a.fault(ctx, "hold", "on"); err != nil {
+		return err
+	}
 	r.mark("A's replies held back")
 	if _, err := r.acquire(ctx, a, r.ttl, time.Second); err == nil {
 		return errors.New("A was granted the lock though no reply reached it")
 	} else if !errors.Is(err, errWorker) {
 		return err
 	}
-	a.cut()
+	if err := a.cut(ctx); err != nil {
+		return err
+	}
 	at := r.mark("A gave up; its held replies dropped with its connections")
-	a.restore()
+	if err := a.restore(ctx); err != nil {
+		return err
+	}
 	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
 		return err
 	}

@@ -31,6 +31,8 @@ import (
 //	                   holder decided on before it was paused, in flight
 //	write-if-held      the same, but only while Lost is open; else "skip"
 //	release            release the lock; answers "released" or "error"
+//	fault ARGS...      set the worker's proxies (Faults.apply: cut [HOST...],
+//	                   latency D, hold on|off, restore); answers "faulted"
 //
 // Unasked, the worker reports "lost" when its lock's Lost channel closes.
 // End of input ends the worker, releasing what it holds.
@@ -44,6 +46,7 @@ const (
 	evLost     = "lost"
 	evReleased = "released"
 	evError    = "error"
+	evFaulted  = "faulted"
 )
 
 // event is one line of a worker's output.
@@ -62,9 +65,11 @@ type event struct {
 
 // Serve runs the worker side of the protocol on l for key, reading
 // commands from in and writing events to out, until in ends; ctx bounds
-// the acquisitions. It releases what it holds before it returns.
-func Serve(ctx context.Context, l locker.Locker, key string, in io.Reader, out io.Writer) error {
-	w := &server{l: l, key: key, enc: json.NewEncoder(out)}
+// the acquisitions. f are the proxies l's connections go through (nil:
+// none, and fault commands fail). It releases what it holds before it
+// returns.
+func Serve(ctx context.Context, l locker.Locker, f *Faults, key string, in io.Reader, out io.Writer) error {
+	w := &server{l: l, f: f, key: key, enc: json.NewEncoder(out)}
 	defer w.drop()
 	w.emit(event{Ev: evReady})
 	sc := bufio.NewScanner(in)
@@ -79,6 +84,7 @@ func Serve(ctx context.Context, l locker.Locker, key string, in io.Reader, out i
 // server is the worker's state: the lock it holds, if any.
 type server struct {
 	l   locker.Locker
+	f   *Faults
 	key string
 
 	mu   sync.Mutex // serialises writes to enc
@@ -100,6 +106,15 @@ func (w *server) do(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "acquire":
 		return w.acquire(ctx, args[1:])
+	case "fault":
+		if w.f == nil {
+			return errors.New("fault: this worker has no proxies")
+		}
+		if err := w.f.apply(args[1:]); err != nil {
+			return err
+		}
+		w.emit(event{Ev: evFaulted})
+		return nil
 	case "write", "write-if-held":
 		return w.write(args[0] == "write-if-held")
 	case "release":

@@ -37,7 +37,7 @@ func serve(t *testing.T, l locker.Locker, key string) *served {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{t: t, in: inW, events: make(chan event, 256), done: make(chan error, 1), cancel: cancel}
 	go func() {
-		err := Serve(ctx, l, key, inR, outW)
+		err := Serve(ctx, l, nil, key, inR, outW)
 		outW.Close()
 		s.done <- err
 	}()
