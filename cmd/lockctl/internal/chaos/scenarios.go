@@ -47,6 +47,8 @@ var Scenarios = []*Scenario{
 		About: "the holder is killed (SIGKILL); a rival waits for the key"},
 	{Name: "partition", Backends: serverBackends, run: runPartition,
 		About: "the holder is cut off from every server (its proxies drop its connections and refuse new ones; on ZooKeeper and etcd its session or lease expires); a rival takes the key once it expires; the holder is let back and writes if it still believes it holds"},
+	{Name: "blackhole", Backends: serverBackends, run: runBlackhole,
+		About: "the holder's traffic silently stops both ways (connections stay open, nothing arrives, new ones stall): a partition that sends no reset; a rival takes the key once it expires; the holder is let back and writes if it still believes it holds"},
 	{Name: "latency", Backends: serverBackends, run: runLatency,
 		About: "every request of the holder and every reply to it is delayed by 45% of the TTL each way, so that a refresh's reply comes back after most of its validity; a rival waits for the key"},
 	{Name: "lost-replies", Backends: serverBackends, run: runLostReplies,
@@ -315,6 +317,37 @@ func (r *round) takeAgain(ctx context.Context, p *proc) error {
 	r.recovered = true
 	_, err := p.do(ctx, 10*time.Second, "release", evReleased)
 	return err
+}
+
+// blackholeDelay holds every byte of a blackholed holder for longer than
+// any round lasts: a silent partition.
+const blackholeDelay = time.Hour
+
+func runBlackhole(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, r.ttl)
+	if err != nil {
+		return err
+	}
+	if err := a.fault(ctx, "latency", blackholeDelay.String()); err != nil {
+		return err
+	}
+	at := r.mark("A's traffic silently dropped both ways")
+	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
+		return err
+	}
+	// The stalled connections end as a long partition's would (their
+	// TCP timeouts): dropped; then A can reach the servers again.
+	if err := a.cut(ctx); err != nil {
+		return err
+	}
+	if err := a.restore(ctx); err != nil {
+		return err
+	}
+	r.mark("A let back")
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
 }
 
 func runLatency(ctx context.Context, r *round, d *deployment) error {
