@@ -150,7 +150,11 @@ func (b *benchCmd) run(ctx context.Context, c *cobra.Command) error {
 		rep.Notes = append(rep.Notes, "the run was cut short: "+err.Error())
 	}
 	if b.out != "" {
-		if err := writeReports(b.out, rep); err != nil {
+		if err := writeReports(b.out, rep, map[string]func(io.Writer, *bench.Report) error{
+			"report.json": func(w io.Writer, r *bench.Report) error { return writeJSON(w, r) },
+			"report.md":   bench.WriteMarkdown,
+			"report.html": bench.WriteHTML,
+		}); err != nil {
 			return exitf(exitError, "--out: %v", err)
 		}
 	}
@@ -199,13 +203,10 @@ func commandLine(c *cobra.Command) string {
 	return strings.Join(args, " ")
 }
 
-// writeReports writes the report in every format to dir.
-func writeReports(dir string, rep *bench.Report) error {
-	for name, write := range map[string]func(io.Writer, *bench.Report) error{
-		"report.json": func(w io.Writer, r *bench.Report) error { return writeJSON(w, r) },
-		"report.md":   bench.WriteMarkdown,
-		"report.html": bench.WriteHTML,
-	} {
+// writeReports writes rep to dir in every format: formats maps each
+// file's name to what writes it.
+func writeReports[R any](dir string, rep R, formats map[string]func(io.Writer, R) error) error {
+	for name, write := range formats {
 		f, err := os.Create(filepath.Join(dir, name))
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,7 +126,11 @@ func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
 		rep.Notes = append(rep.Notes, "the run was cut short: "+err.Error())
 	}
 	if ch.out != "" {
-		if err := writeChaosReports(ch.out, rep); err != nil {
+		if err := writeReports(ch.out, rep, map[string]func(io.Writer, *chaos.Report) error{
+			"report.json": func(w io.Writer, r *chaos.Report) error { return writeJSON(w, r) },
+			"report.md":   chaos.WriteMarkdown,
+			"report.html": chaos.WriteHTML,
+		}); err != nil {
 			return exitf(exitError, "--out: %v", err)
 		}
 	}
@@ -143,28 +148,6 @@ func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
 	for _, cell := range rep.Cells {
 		if !cell.Expected {
 			return exitf(exitChecksFailed, "%s on %s: %s", cell.Scenario, cell.Backend, cell.Verdict)
-		}
-	}
-	return nil
-}
-
-// writeChaosReports writes the report in every format to dir.
-func writeChaosReports(dir string, rep *chaos.Report) error {
-	for name, write := range map[string]func(*os.File) error{
-		"report.json": func(f *os.File) error { return writeJSON(f, rep) },
-		"report.md":   func(f *os.File) error { return chaos.WriteMarkdown(f, rep) },
-		"report.html": func(f *os.File) error { return chaos.WriteHTML(f, rep) },
-	} {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		err = write(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return nil

@@ -174,15 +174,27 @@ func runKill(ctx context.Context, r *round, d *deployment) error {
 }
 
 func runPartition(ctx context.Context, r *round, d *deployment) error {
+	return isolate(ctx, r, d, "A cut off from every server", 0, func(a *proc) error { return a.cut(ctx) })
+}
+
+// isolate: A holds the lock; fault isolates it from the servers; B takes
+// the key once it expires (waiting up to extra more than an expiry); A
+// is let back and writes if it still believes it holds the lock.
+func isolate(ctx context.Context, r *round, d *deployment, what string, extra time.Duration, fault func(a *proc) error) error {
 	a, b, err := holder(ctx, r, d, r.ttl)
 	if err != nil {
 		return err
 	}
-	if err := a.cut(ctx); err != nil {
+	if err := fault(a); err != nil {
 		return err
 	}
-	at := r.mark("A cut off from every server")
-	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
+	at := r.mark("%s", what)
+	if err := rival(ctx, r, b, r.expiry(r.ttl)+extra, at); err != nil {
+		return err
+	}
+	// Connections stalled by the fault end as a long partition's would
+	// (their TCP timeouts): dropped; then A can reach the servers again.
+	if err := a.cut(ctx); err != nil {
 		return err
 	}
 	if err := a.restore(ctx); err != nil {
@@ -324,49 +336,14 @@ func (r *round) takeAgain(ctx context.Context, p *proc) error {
 const blackholeDelay = time.Hour
 
 func runBlackhole(ctx context.Context, r *round, d *deployment) error {
-	a, b, err := holder(ctx, r, d, r.ttl)
-	if err != nil {
-		return err
-	}
-	if err := a.fault(ctx, "latency", blackholeDelay.String()); err != nil {
-		return err
-	}
-	at := r.mark("A's traffic silently dropped both ways")
-	if err := rival(ctx, r, b, r.expiry(r.ttl), at); err != nil {
-		return err
-	}
-	// The stalled connections end as a long partition's would (their
-	// TCP timeouts): dropped; then A can reach the servers again.
-	if err := a.cut(ctx); err != nil {
-		return err
-	}
-	if err := a.restore(ctx); err != nil {
-		return err
-	}
-	r.mark("A let back")
-	if _, err := r.write(ctx, a, true); err != nil {
-		return err
-	}
-	return r.release(ctx, b)
+	return isolate(ctx, r, d, "A's traffic silently dropped both ways", 0,
+		func(a *proc) error { return a.fault(ctx, "latency", blackholeDelay.String()) })
 }
 
 func runLatency(ctx context.Context, r *round, d *deployment) error {
-	a, b, err := holder(ctx, r, d, r.ttl)
-	if err != nil {
-		return err
-	}
 	delay := r.ttl * 45 / 100
-	if err := a.fault(ctx, "latency", delay.String()); err != nil {
-		return err
-	}
-	at := r.mark("A's traffic delayed by %v each way", delay)
-	if err := rival(ctx, r, b, r.expiry(r.ttl)+4*delay, at); err != nil {
-		return err
-	}
-	if _, err := r.write(ctx, a, true); err != nil {
-		return err
-	}
-	return r.release(ctx, b)
+	return isolate(ctx, r, d, fmt.Sprintf("A's traffic delayed by %v each way", delay), 4*delay,
+		func(a *proc) error { return a.fault(ctx, "latency", delay.String()) })
 }
 
 // runLostReplies: A's acquisition is applied but A never hears so; the
