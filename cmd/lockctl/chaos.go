@@ -169,6 +169,13 @@ func newChaosWorkerCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:    "chaos-worker --url URL KEY",
 		Short:  "A holder process of lockctl chaos: commands on stdin, events on stdout",
+		Long: `chaos-worker is the holder process lockctl chaos starts: it reads one
+command a line on standard input (acquire TTL WAIT, write, write-if-held,
+release, fault ...) and writes one JSON event a line on standard output.
+It is not meant to be run by hand; the protocol is documented in the
+chaos package (internal/chaos/worker.go).`,
+		Example: `  # Take a key for 10 s, write once, release:
+  printf 'acquire 10s 5s\nwrite\nrelease\n' | lockctl chaos-worker --url redis://127.0.0.1:6379 orders/42`,
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
