@@ -125,6 +125,20 @@ func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
 	if err != nil {
 		rep.Notes = append(rep.Notes, "the run was cut short: "+err.Error())
 	}
+	if err := ch.report(rep); err != nil {
+		return err
+	}
+	for _, cell := range rep.Cells {
+		if !cell.Expected {
+			return exitf(exitChecksFailed, "%s on %s: %s", cell.Scenario, cell.Backend, cell.Verdict)
+		}
+	}
+	return nil
+}
+
+// report writes rep to --out in every format, and the summary to
+// standard output.
+func (ch *chaosCmd) report(rep *chaos.Report) error {
 	if ch.out != "" {
 		if err := writeReports(ch.out, rep, map[string]func(io.Writer, *chaos.Report) error{
 			"report.json": func(w io.Writer, r *chaos.Report) error { return writeJSON(w, r) },
@@ -135,20 +149,13 @@ func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
 		}
 	}
 	if ch.app.json {
-		err = writeJSON(ch.app.stdout, rep)
-	} else {
-		err = chaos.WriteText(ch.app.stdout, rep)
+		return writeJSON(ch.app.stdout, rep)
 	}
-	if err != nil {
+	if err := chaos.WriteText(ch.app.stdout, rep); err != nil {
 		return err
 	}
-	if ch.out != "" && !ch.app.json {
+	if ch.out != "" {
 		fmt.Fprintf(ch.app.stdout, "\nReports: %s\n", filepath.Join(ch.out, "report.{json,md,html}"))
-	}
-	for _, cell := range rep.Cells {
-		if !cell.Expected {
-			return exitf(exitChecksFailed, "%s on %s: %s", cell.Scenario, cell.Backend, cell.Verdict)
-		}
 	}
 	return nil
 }
@@ -167,8 +174,8 @@ func chaosWorkerCommand(url, key string) *exec.Cmd {
 
 func newChaosWorkerCmd(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:    "chaos-worker --url URL KEY",
-		Short:  "A holder process of lockctl chaos: commands on stdin, events on stdout",
+		Use:   "chaos-worker --url URL KEY",
+		Short: "A holder process of lockctl chaos: commands on stdin, events on stdout",
 		Long: `chaos-worker is the holder process lockctl chaos starts: it reads one
 command a line on standard input (acquire TTL WAIT, write, write-if-held,
 release, fault ...) and writes one JSON event a line on standard output.
