@@ -162,7 +162,7 @@ func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Bac
 	caps := l.Capabilities()
 	l.Close()
 	b := Backend{
-		Name: caps.Name, URL: locker.Redact(raw), Servers: serverVersions(ctx, caps.Name, raw),
+		Name: caps.Name, URL: locker.Redact(raw), Servers: ServerVersions(ctx, caps.Name, raw),
 		Fencing: caps.Fencing, FIFO: caps.FIFO, WakeOnRelease: caps.WakeOnRelease, ExpirySlack: caps.ExpirySlack,
 	}
 	designs := designsFor(b.Name, b.Name, url, r)

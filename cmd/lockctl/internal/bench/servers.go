@@ -24,11 +24,11 @@ import (
 // are asked at once, so a deployment costs at most this much.
 const serverTimeout = 2 * time.Second
 
-// serverVersions asks the servers of the deployment of backend (the
+// ServerVersions asks the servers of the deployment of backend (the
 // Backend.Name) at rawURL for their version, as Backend.Servers gives
 // it: "Redis 7.0.15", "5 x Redis 7.0.15", "ZooKeeper 3.8.0", "etcd
 // 3.6.16", "in-process" for memory; empty when no server told.
-func serverVersions(ctx context.Context, backend, rawURL string) string {
+func ServerVersions(ctx context.Context, backend, rawURL string) string {
 	if backend == "memory" {
 		return "in-process"
 	}

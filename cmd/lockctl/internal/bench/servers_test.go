@@ -73,11 +73,11 @@ func TestServerVersionsUnknown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			start := time.Now()
-			if got := serverVersions(context.Background(), tc.backend, tc.url); got != "" {
-				t.Errorf("serverVersions(%s) = %q, want empty", tc.backend, got)
+			if got := ServerVersions(context.Background(), tc.backend, tc.url); got != "" {
+				t.Errorf("ServerVersions(%s) = %q, want empty", tc.backend, got)
 			}
 			if took := time.Since(start); took > serverTimeout+time.Second {
-				t.Errorf("serverVersions(%s) took %v, want at most about %v", tc.backend, took, serverTimeout)
+				t.Errorf("ServerVersions(%s) took %v, want at most about %v", tc.backend, took, serverTimeout)
 			}
 		})
 	}

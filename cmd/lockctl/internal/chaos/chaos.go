@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/cmd/lockctl/internal/bench"
 )
 
 // Options says what a run does.
@@ -53,7 +54,8 @@ type Report struct {
 // Backend is one deployment of the run.
 type Backend struct {
 	Name        string        `json:"name"`
-	URL         string        `json:"url"` // password redacted
+	URL         string        `json:"url"`               // password redacted
+	Servers     string        `json:"servers,omitempty"` // what the servers say of their version, where known
 	Fencing     bool          `json:"fencing"`
 	TTL         time.Duration `json:"ttl"`
 	ExpirySlack time.Duration `json:"expiry_slack"`
@@ -224,7 +226,8 @@ func (e *engine) prepare(ctx context.Context) error {
 		}
 		d := &deployment{backend: caps.Name, label: e.label(caps.Name), url: u, fencing: caps.Fencing, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
 		e.deps = append(e.deps, d)
-		e.rep.Backends = append(e.rep.Backends, Backend{Name: d.label, URL: locker.Redact(u), Fencing: d.fencing, TTL: d.ttl, ExpirySlack: d.slack})
+		e.rep.Backends = append(e.rep.Backends, Backend{Name: d.label, URL: locker.Redact(u), Servers: bench.ServerVersions(ctx, caps.Name, u),
+			Fencing: d.fencing, TTL: d.ttl, ExpirySlack: d.slack})
 	}
 	dir, err := os.MkdirTemp("", "lockctl-chaos-")
 	e.dir = dir

@@ -55,9 +55,9 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "# %s\n\n`%s`, started %s, took %v, on %s.\n\n", rep.Tool, rep.Command,
 		rep.Started.UTC().Format("2006-01-02 15:04 UTC"), rep.Took.Round(time.Second), rep.Machine)
-	b.WriteString("| backend | url | fencing | TTL | expiry slack |\n|---|---|---|--:|--:|\n")
+	b.WriteString("| backend | url | servers | fencing | TTL | expiry slack |\n|---|---|---|---|--:|--:|\n")
 	for _, be := range rep.Backends {
-		fmt.Fprintf(b, "| %s | %s | %v | %v | %v |\n", be.Name, mdEscape(be.URL), be.Fencing, be.TTL, be.ExpirySlack)
+		fmt.Fprintf(b, "| %s | %s | %s | %v | %v | %v |\n", be.Name, mdEscape(be.URL), mdEscape(orDash(be.Servers)), be.Fencing, be.TTL, be.ExpirySlack)
 	}
 	b.WriteString("\n## Matrix\n\n| " + strings.Join(matrixHeader, " | ") + " |\n|" + strings.Repeat("---|", len(matrixHeader)) + "\n")
 	for _, c := range rep.Cells {

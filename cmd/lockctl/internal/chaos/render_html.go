@@ -32,8 +32,8 @@ tr.bad td{background:#fdd}pre{font-size:12px;background:#f6f6f6;padding:8px}
 </style></head><body>
 <h1>{{.Tool}}</h1>
 <p><code>{{.Command}}</code>, started {{when .Started}}, took {{dur .Took}}, on {{.Machine}}.</p>
-<table><tr><th>backend</th><th>url</th><th>fencing</th><th>TTL</th><th>expiry slack</th></tr>
-{{range .Backends}}<tr><td>{{.Name}}</td><td>{{.URL}}</td><td>{{.Fencing}}</td><td>{{.TTL}}</td><td>{{.ExpirySlack}}</td></tr>
+<table><tr><th>backend</th><th>url</th><th>servers</th><th>fencing</th><th>TTL</th><th>expiry slack</th></tr>
+{{range .Backends}}<tr><td>{{.Name}}</td><td>{{.URL}}</td><td>{{or .Servers "-"}}</td><td>{{.Fencing}}</td><td>{{.TTL}}</td><td>{{.ExpirySlack}}</td></tr>
 {{end}}</table>
 <h2>Matrix</h2>
 <table><tr>{{range header}}<th>{{.}}</th>{{end}}</tr>
