@@ -149,25 +149,11 @@ func (b *benchCmd) run(ctx context.Context, c *cobra.Command) error {
 	if err != nil {
 		rep.Notes = append(rep.Notes, "the run was cut short: "+err.Error())
 	}
-	if b.out != "" {
-		if err := writeReports(b.out, rep, map[string]func(io.Writer, *bench.Report) error{
-			"report.json": func(w io.Writer, r *bench.Report) error { return writeJSON(w, r) },
-			"report.md":   bench.WriteMarkdown,
-			"report.html": bench.WriteHTML,
-		}); err != nil {
-			return exitf(exitError, "--out: %v", err)
-		}
-	}
-	if b.app.json {
-		return writeJSON(b.app.stdout, rep)
-	}
-	if err := bench.WriteText(b.app.stdout, rep); err != nil {
-		return err
-	}
-	if b.out != "" {
-		fmt.Fprintf(b.app.stdout, "\nReports: %s\n", filepath.Join(b.out, "report.{json,md,html}"))
-	}
-	return nil
+	return writeOutputs(b.app, b.out, rep, bench.WriteText, map[string]func(io.Writer, *bench.Report) error{
+		"report.json": func(w io.Writer, r *bench.Report) error { return writeJSON(w, r) },
+		"report.md":   bench.WriteMarkdown,
+		"report.html": bench.WriteHTML,
+	})
 }
 
 // holderCommand is the holder the recovery scenario kills: this very
@@ -201,6 +187,27 @@ func commandLine(c *cobra.Command) string {
 		args = append(args, c.Name())
 	}
 	return strings.Join(args, " ")
+}
+
+// writeOutputs writes rep to dir (if any) in every format of formats,
+// which maps each file's name to what writes it, and the summary to
+// standard output: JSON with --json, else text.
+func writeOutputs[R any](a *app, dir string, rep R, text func(io.Writer, R) error, formats map[string]func(io.Writer, R) error) error {
+	if dir != "" {
+		if err := writeReports(dir, rep, formats); err != nil {
+			return exitf(exitError, "--out: %v", err)
+		}
+	}
+	if a.json {
+		return writeJSON(a.stdout, rep)
+	}
+	if err := text(a.stdout, rep); err != nil {
+		return err
+	}
+	if dir != "" {
+		fmt.Fprintf(a.stdout, "\nReports: %s\n", filepath.Join(dir, "report.{json,md,html}"))
+	}
+	return nil
 }
 
 // writeReports writes rep to dir in every format: formats maps each

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -139,25 +138,11 @@ func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
 // report writes rep to --out in every format, and the summary to
 // standard output.
 func (ch *chaosCmd) report(rep *chaos.Report) error {
-	if ch.out != "" {
-		if err := writeReports(ch.out, rep, map[string]func(io.Writer, *chaos.Report) error{
-			"report.json": func(w io.Writer, r *chaos.Report) error { return writeJSON(w, r) },
-			"report.md":   chaos.WriteMarkdown,
-			"report.html": chaos.WriteHTML,
-		}); err != nil {
-			return exitf(exitError, "--out: %v", err)
-		}
-	}
-	if ch.app.json {
-		return writeJSON(ch.app.stdout, rep)
-	}
-	if err := chaos.WriteText(ch.app.stdout, rep); err != nil {
-		return err
-	}
-	if ch.out != "" {
-		fmt.Fprintf(ch.app.stdout, "\nReports: %s\n", filepath.Join(ch.out, "report.{json,md,html}"))
-	}
-	return nil
+	return writeOutputs(ch.app, ch.out, rep, chaos.WriteText, map[string]func(io.Writer, *chaos.Report) error{
+		"report.json": func(w io.Writer, r *chaos.Report) error { return writeJSON(w, r) },
+		"report.md":   chaos.WriteMarkdown,
+		"report.html": chaos.WriteHTML,
+	})
 }
 
 // chaosWorkerCommand is a chaos holder: this very lockctl, running

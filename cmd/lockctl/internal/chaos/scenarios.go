@@ -213,35 +213,32 @@ func isolate(ctx context.Context, r *round, d *deployment, what string, extra ti
 const longTTL = 30 * time.Second
 
 func runClockFast(ctx context.Context, r *round, d *deployment) error {
-	a, b, err := holder(ctx, r, d, longTTL)
-	if err != nil {
-		return err
-	}
-	n := faultyNode(d)
-	left, err := d.servers[n].expireEarly(ctx, r.key)
-	if err != nil {
-		return err
-	}
-	at := r.mark("node %d's clock jumps ahead: the key's remaining %v cut to 1ms", n+1, left.Round(time.Millisecond))
-	if err := rival(ctx, r, b, 5*time.Second, at); err != nil {
-		return err
-	}
-	if _, err := r.write(ctx, a, true); err != nil {
-		return err
-	}
-	return r.release(ctx, b)
+	return nodeFault(ctx, r, d, func(n int) (string, error) {
+		left, err := d.servers[n].expireEarly(ctx, r.key)
+		return fmt.Sprintf("node %d's clock jumps ahead: the key's remaining %v cut to 1ms", n+1, left.Round(time.Millisecond)), err
+	})
 }
 
 func runRestart(ctx context.Context, r *round, d *deployment) error {
+	return nodeFault(ctx, r, d, func(n int) (string, error) {
+		return fmt.Sprintf("node %d restarted without persistence", n+1), d.servers[n].restart(ctx, 0)
+	})
+}
+
+// nodeFault: A holds the lock with a TTL its watchdog does not refresh
+// within the round; fault strikes the faulty node (and says what it
+// did); B tries for the key at once, and writes if it gets it; A, still
+// believing it holds the lock, writes.
+func nodeFault(ctx context.Context, r *round, d *deployment, fault func(n int) (string, error)) error {
 	a, b, err := holder(ctx, r, d, longTTL)
 	if err != nil {
 		return err
 	}
-	n := faultyNode(d)
-	if err := d.servers[n].restart(ctx, 0); err != nil {
+	what, err := fault(faultyNode(d))
+	if err != nil {
 		return err
 	}
-	at := r.mark("node %d restarted without persistence", n+1)
+	at := r.mark("%s", what)
 	if err := rival(ctx, r, b, 5*time.Second, at); err != nil {
 		return err
 	}
