@@ -29,16 +29,8 @@ import (
 func TestChaos(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s server, url string) {
 		out := t.TempDir()
-		p := start(t, testEnv(t), "chaos", "--url", url, "--rounds", "1", "--out", out, "--json")
-		code := p.wait(t, 5*time.Minute)
-		var rep chaos.Report
-		if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil {
-			t.Fatalf("exit %d, --json output: %v\n%s\nstderr:\n%s", code, err, p.stdout.String(), p.stderr.String())
-		}
-		if code != 0 {
-			t.Errorf("exit code %d, want 0; stderr:\n%s", code, p.stderr.String())
-		}
-		checkCells(t, s, &rep)
+		p, rep := runChaos(t, "--url", url, "--rounds", "1", "--out", out)
+		checkCells(t, s, rep)
 		if len(rep.Backends) != 1 || !strings.Contains(rep.Backends[0].Servers, map[string]string{"redis": "Redis ", "redlock": "Redis ", "zookeeper": "ZooKeeper ", "etcd": "etcd "}[s.name]) {
 			t.Errorf("the report's deployment does not name its servers' version: %+v", rep.Backends)
 		}
@@ -51,6 +43,22 @@ func TestChaos(t *testing.T) {
 			t.Errorf("the progress does not name the rounds:\n%s", p.stderr.String())
 		}
 	})
+}
+
+// runChaos runs lockctl chaos --json with args, fails the test unless it
+// exits 0 with a report, and returns the process and the report.
+func runChaos(t *testing.T, args ...string) (*proc, *chaos.Report) {
+	t.Helper()
+	p := start(t, testEnv(t), append([]string{"chaos", "--json"}, args...)...)
+	code := p.wait(t, 5*time.Minute)
+	var rep chaos.Report
+	if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil {
+		t.Fatalf("exit %d, --json output: %v\n%s\nstderr:\n%s", code, err, p.stdout.String(), p.stderr.String())
+	}
+	if code != 0 {
+		t.Errorf("exit code %d, want 0; stderr:\n%s", code, p.stderr.String())
+	}
+	return p, &rep
 }
 
 // checkCells checks the matrix of one backend's run.
@@ -122,15 +130,7 @@ func TestChaosErrors(t *testing.T) {
 // the key.
 func TestChaosSentinelCluster(t *testing.T) {
 	sentinel, cluster := serverURL(t, "LOCKER_TEST_REDIS_SENTINEL_URL"), serverURL(t, "LOCKER_TEST_REDIS_CLUSTER_URL")
-	p := start(t, testEnv(t), "chaos", "--url", sentinel, "--url", cluster, "--scenario", "partition,lost-replies", "--rounds", "1", "--json")
-	code := p.wait(t, 5*time.Minute)
-	var rep chaos.Report
-	if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil {
-		t.Fatalf("exit %d, --json output: %v\n%s\nstderr:\n%s", code, err, p.stdout.String(), p.stderr.String())
-	}
-	if code != 0 {
-		t.Errorf("exit code %d, want 0; stderr:\n%s", code, p.stderr.String())
-	}
+	_, rep := runChaos(t, "--url", sentinel, "--url", cluster, "--scenario", "partition,lost-replies", "--rounds", "1")
 	got := map[string]int{}
 	for _, c := range rep.Cells {
 		got[c.Backend]++

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -244,7 +245,7 @@ func findZK(cp string) (string, error) {
 	if _, err := exec.LookPath("java"); err != nil {
 		return "", errors.New("no java on $PATH: the ZooKeeper ensemble of the leader scenarios needs one")
 	}
-	cp = cmpOr(cp, os.Getenv("LOCKER_TEST_ZK_CLASSPATH"), debianZKClasspath)
+	cp = cmp.Or(cp, os.Getenv("LOCKER_TEST_ZK_CLASSPATH"), debianZKClasspath)
 	for _, jar := range strings.Split(cp, ":") {
 		if _, err := os.Stat(jar); err != nil {
 			return "", fmt.Errorf("ZooKeeper classpath: %w (--zk-classpath)", err)
@@ -256,12 +257,3 @@ func findZK(cp string) (string, error) {
 // debianZKClasspath is where Debian's zookeeper package puts its jars.
 const debianZKClasspath = "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:" +
 	"/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-all.jar:/usr/share/java/metrics-core.jar:/usr/share/java/snappy-java.jar"
-
-func cmpOr(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,7 +94,7 @@ func (p *proc) await(ctx context.Context, want ...string) (event, error) {
 			switch {
 			case !ok:
 				return event{}, fmt.Errorf("worker %s exited while waiting for %s%s", p.name, strings.Join(want, " or "), p.stderr.say())
-			case contains(want, e.Ev):
+			case slices.Contains(want, e.Ev):
 				return e, nil
 			case e.Ev == evError:
 				return e, &workerError{p.name, e.Err}
@@ -155,15 +156,6 @@ func (p *proc) restore(ctx context.Context) error {
 	default:
 	}
 	return p.fault(ctx, "restore")
-}
-
-func contains[T comparable](s []T, v T) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // tail keeps the last few KiB a worker wrote to its standard error, for

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -62,7 +63,7 @@ func timelineSVG(res *RoundResult) template.HTML {
 	const width, left, lane = 720.0, 40.0, 28.0
 	clients := []string{}
 	for _, h := range res.Holds {
-		if !contains(clients, h.Client) {
+		if !slices.Contains(clients, h.Client) {
 			clients = append(clients, h.Client)
 		}
 	}

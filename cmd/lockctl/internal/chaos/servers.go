@@ -169,8 +169,8 @@ func globEscape(s string) string {
 	return r.Replace(s)
 }
 
-// ownServers starts the servers a scenario of set needs on backend, and
-// returns them with the URL that names them.
+// ownServersFor starts the servers a scenario of set needs on backend,
+// and returns them with the URL that names them.
 func ownServersFor(ctx context.Context, set serverSet, backend, bin, dir string) ([]*redisServer, string, error) {
 	n, args := 1, []string{"--save", "", "--appendonly", "no"}
 	if set == ownAOF {
