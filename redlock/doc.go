@@ -157,15 +157,18 @@
 // itself several times the single-server round trip (raw-fanout-5 against
 // raw-single in BenchmarkUncontended). Against that raw fan-out to five
 // local servers, taking turns with it in one run, an uncontended
-// Acquire+Release measured a p50 of 1.11x to 1.17x (for example 437
-// against 394 microseconds), in
+// Acquire+Release measured a p50 of 1.03x to 1.05x (for example 368
+// against 352 microseconds) and 0.95x to 0.97x its throughput, in
 // go test -run '^$' -bench FanOut -benchtime 3000x -count 3:
 // about 1 to 2.5 points of it is the per-node timeout the algorithm
-// needs (the "timeouts" design: the raw fan-out bounded by node_timeout),
-// and the rest is client CPU: the Locker's requests cost about 1.5x the
-// raw ones on the client, mostly a goroutine per node and request whose
-// stack grows into the client library on every round. The release
-// notice costs nothing measurable. Two clients handing one key back and
-// forth made 1,330 to 1,800 handoffs a second, p50 0.52 to 0.70 ms
-// (-bench 'Handoff/waiters=2'), depending on the load on the machine.
+// needs (the "timeouts" design: the raw fan-out bounded by node_timeout).
+// Each node's part of a request runs on a worker goroutine that outlives
+// it (at most four per node wait for the next request, for up to 5 s).
+// With a goroutine started per node and request, as the raw fan-out
+// does, the stack of each grew into the client library on every round:
+// that copying took about a fifth of the client's CPU, and the p50 was
+// 1.11x to 1.17x. The release notice costs nothing measurable. Two
+// clients handing one key back and forth made 1,330 to 2,080 handoffs a
+// second, p50 0.45 to 0.70 ms (-bench 'Handoff/waiters=2'), depending on
+// the load on the machine.
 package redlock

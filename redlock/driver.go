@@ -58,6 +58,7 @@ type driver struct {
 	stop       context.Context
 	cancelStop context.CancelFunc
 	probeWake  chan struct{}
+	work       *workers // run each node's part of a request
 	// wg counts the goroutines that may still use the clients: requests
 	// that outlived their round, the prober, notifiers closing. Close
 	// waits for them before it closes the clients, so that nothing dials
@@ -88,6 +89,8 @@ func newDriver(nodes []*node, cfg settings, log *slog.Logger) *driver {
 	}
 	d := &driver{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg, log: log, now: time.Now, probeWake: make(chan struct{}, 1)}
 	d.stop, d.cancelStop = context.WithCancel(context.Background())
+	// Enough idle workers for a few rounds at once on every node.
+	d.work = newWorkers(4*len(nodes), d.stop.Done())
 	return d
 }
 
@@ -215,11 +218,11 @@ func (t *tally[T]) ask(ctx context.Context, d *driver, op func(ctx context.Conte
 		if t.answered[i] {
 			continue
 		}
-		go func() {
+		d.work.do(func() {
 			defer d.wg.Done()
 			v, err := op(ctx, i)
 			answers <- answer{i, v, err}
-		}()
+		})
 	}
 	for pending := asked; pending > 0; pending-- {
 		select {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,6 +132,13 @@ func BenchmarkHeld(b *testing.B) {
 					name = fmt.Sprintf("%s/n=%d/ttl=default", be.name, n)
 				}
 				b.Run(name, func(b *testing.B) {
+					if be.name == "redlock" && n > 10000 && ttl > 0 && ttl < 10*time.Second && runtime.NumCPU() < 8 {
+						// 100,000 locks of 3 s are 500,000 refreshes a second
+						// over five servers: on a machine of a few cores the nodes
+						// miss their 100 ms timeouts, lose locks and fail
+						// releases (the README's Holding many locks).
+						b.Skipf("redlock: %d locks at TTL %v are beyond five servers sharing %d cores with the client", n, ttl, runtime.NumCPU())
+					}
 					l, reqs := be.open(b)
 					hold := 3 * ttl
 					if ttl == 0 {
