@@ -261,21 +261,32 @@ func beforeCreate(prefix string) {
 
 // find returns the path of the child of the key node whose name carries
 // our guid, or "". A listing that could not reach the server (the
-// connection is being re-established) is tried again, up to maxAttempts
-// times: the node, if it was made, belongs to our session and stays until
-// the session ends, so it is worth finding rather than giving up an
-// acquisition that may well have succeeded.
+// connection is being re-established) is tried again after a pause (see
+// settle), up to maxAttempts times: the node, if it was made, belongs to
+// our session and stays until the session ends, so it is worth finding
+// rather than giving up an acquisition that may well have succeeded.
+//
+// The pause matters: the client library fails every request queued while
+// a pass over the servers fails, and a listing sent again at once can be
+// failed by the same pass, so that all tries are spent in a moment.
 func (a *attempt) find() (string, error) {
 	s, parent := a.s, a.parent
 	var children []string
 	var err error
-	for range maxAttempts {
+	for try := 1; ; try++ {
 		children, err = s.children(a.ctx, a.ep, parent)
 		if !errors.Is(err, zk.ErrNoServer) && !errors.Is(err, zk.ErrConnectionClosed) {
 			break
 		}
 		if h := testHooks.Load(); h != nil && h.findFailed != nil {
 			h.findFailed(err)
+		}
+		if try == maxAttempts {
+			break
+		}
+		if serr := a.settle(err); !errors.Is(serr, errAgain) {
+			err = serr // ctx, the session or the Locker ended
+			break
 		}
 	}
 	if errors.Is(err, zk.ErrNoNode) {
