@@ -229,15 +229,7 @@ func caseCrashDuringAcquire(t *T) {
 	obs := t.Locker()
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() {
-			key := t.Key(fmt.Sprintf("k%d", i))
-			lk, err := obs.Acquire(t.Context(), key)
-			if err != nil {
-				t.Errorf("warming up: Acquire(%s): %v", keyText(key), err)
-				return
-			}
-			lk.Release(t.Context())
-		})
+		wg.Go(func() { t.Release(t.Acquire(obs, t.Key(fmt.Sprintf("k%d", i)))) })
 	}
 	wg.Wait()
 	attempts := make([]crashedAcquire, n)

@@ -162,7 +162,14 @@ func (a *attempt) create() error {
 				return nil
 			}
 		case errors.Is(err, zk.ErrNoServer):
-			// Not sent: no server could be reached. Try again.
+			// Not sent: no server could be reached. Try again after a
+			// pause, as find does, so that the same failed pass over
+			// the servers does not fail the next try too.
+			if serr := a.settle(err); !errors.Is(serr, errAgain) {
+				// An earlier try's create may still show up.
+				a.s.cleanupGUID(a.parent, a.guid)
+				return serr
+			}
 		default:
 			return err
 		}
