@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,11 @@ type attempt struct {
 	parent string  // the lock's key node
 	guid   string  // in our node's name, to find it again after a lost reply
 	node   ourNode // set by create
+
+	// own is the data watch on our node that handover sets, on the
+	// connection s.connects counted as ownConns.
+	own      <-chan zk.Event
+	ownConns int64
 }
 
 // ourNode is the node an acquisition queued.
@@ -125,10 +131,7 @@ func (a *attempt) remove() {
 // looked for by its guid before another is created.
 func (a *attempt) create() error {
 	var lastErr error
-	// Only a waiting Acquire lists after the reply on a contended key: it
-	// lists again once woken anyway. For TryAcquire the listing behind
-	// the create is its only one.
-	list := !a.wait || !a.d.contention.likely(a.parent)
+	list := true // the listing goes behind the create
 	for range maxAttempts {
 		if err := a.ctx.Err(); err != nil {
 			return err // nothing sent, nothing to undo
@@ -196,7 +199,7 @@ func (a *attempt) sendCreate(list bool) (ourNode, error) {
 	err := s.call(a.ctx, a.ep, func() error {
 		beforeCreate(prefix)
 		node.sent = time.Now()
-		p, err := s.conn.Create(prefix, nil, zk.FlagEphemeralSequential, a.d.acl)
+		p, err := s.conn.Create(prefix, nodeData, zk.FlagEphemeralSequential, a.d.acl)
 		node.path = p
 		return err
 	}, func(err error) { a.undoCreate(node.path, err) })
@@ -223,7 +226,7 @@ func (a *attempt) createOwn(c ownConn, list bool) (ourNode, error) {
 	undone := make(chan error, 1)
 	beforeCreate(prefix)
 	node := ourNode{sent: time.Now()}
-	cr, l, err := c.CreateAndList(st, prefix, nil, zk.FlagEphemeralSequential, a.d.acl, behind, func(cr zk.Created, err error) {
+	cr, l, err := c.CreateAndList(st, prefix, nodeData, zk.FlagEphemeralSequential, a.d.acl, behind, func(cr zk.Created, err error) {
 		a.undoCreate(cr.Path, err)
 		undone <- nil
 	})
@@ -362,12 +365,8 @@ func (a *attempt) await() (backend.Acquisition, error) {
 		if h := testHooks.Load(); h != nil && h.first != nil {
 			h.first(a.node.path)
 		}
-		if a.wait {
-			a.d.contention.saw(a.parent, false)
-		}
 		return a.grant(a.node.sent)
 	}
-	first := true
 	for {
 		children, start, pipelined, err := a.listQueue()
 		if err = a.settle(err); errors.Is(err, errAgain) {
@@ -380,10 +379,6 @@ func (a *attempt) await() (backend.Acquisition, error) {
 			h.listed(a.node.path, len(children))
 		}
 		q := order(children, self, a.guid)
-		if first && a.wait {
-			a.d.contention.saw(a.parent, !q.lowest)
-		}
-		first = false
 		for _, o := range q.orphans {
 			a.s.cleanup(a.parent + "/" + o)
 		}
@@ -397,10 +392,25 @@ func (a *attempt) await() (backend.Acquisition, error) {
 		case !a.wait:
 			return backend.Acquisition{}, &backend.Busy{}
 		}
-		if err := a.watchPred(a.parent + "/" + q.pred); !errors.Is(err, errAgain) {
+		if start, err = a.waitTurn(q); err == nil {
+			return a.grant(start)
+		}
+		if !errors.Is(err, errAgain) {
 			return backend.Acquisition{}, err
 		}
 	}
+}
+
+// waitTurn waits for the node just before ours in q to go. It returns errAgain
+// when the queue is to be listed again, or why to stop waiting; or, with a
+// nil error, that the lock is ours without a listing, and when its TTL
+// began (see handover).
+func (a *attempt) waitTurn(q queue) (time.Time, error) {
+	pred := a.parent + "/" + q.pred
+	if c, ok := a.s.conn.(ownConn); ok && q.ahead == 1 && a.node.known {
+		return a.handover(c, pred)
+	}
+	return time.Time{}, a.watchPred(pred)
 }
 
 // listQueue lists the queue: the listing sent behind the create
@@ -482,9 +492,10 @@ func (a *attempt) grant(start time.Time) (backend.Acquisition, error) {
 // goes. It returns errAgain when the queue is to be listed again (pred
 // went, or the watch ended with the connection), or why to stop waiting.
 //
-// A deleted pred does not make ours the lowest even if pred was the only
-// node ahead: a lock moved to another session (Refresh with a new TTL) is
-// deleted and made again under the same name, keeping its place.
+// A deleted pred does not by itself make ours the lowest even if pred was
+// the only node ahead: a lock moved to another session (Refresh with a new
+// TTL) is deleted and made again under the same name, keeping its place.
+// handover says when a deletion does tell.
 func (a *attempt) watchPred(pred string) error {
 	// A data watch, not an exists watch: on a node that is already gone
 	// it fails without leaving a watch behind.
@@ -504,6 +515,79 @@ func (a *attempt) watchPred(pred string) error {
 		return err
 	}
 	return errAgain
+}
+
+// handover waits, on one of the Locker's own connections, for pred to go,
+// pred being the only node ahead of ours. The lock is then ours without
+// listing the queue again, one round trip sooner, when all of these hold:
+//
+//   - pred carries nodeData, so its deletion is not a move (see nodeData),
+//     and the event is its deletion: nodes ahead of ours can go but never
+//     come, since a sequence number is never handed out twice in a key
+//     node, and the key node outlives our node in it;
+//   - the data watch on our own node, set on the same connection no later
+//     than pred's, has not fired: events come in the order of the changes
+//     that fire them, so our node was still there when pred went (it goes
+//     only if something outside this library deletes it, or with the
+//     session, which ends the epoch);
+//   - no reconnect came in between: it would re-register the watches, and
+//     those fired meanwhile come in no particular order (session.connects);
+//   - the wait took less than a third of the session timeout. The lock's
+//     TTL runs from the sending of the watches, whose replies show that
+//     the session was alive then; after a longer wait a listing gives the
+//     lock a later start.
+//
+// Otherwise it returns errAgain, to list the queue as after any wake.
+func (a *attempt) handover(c ownConn, pred string) (time.Time, error) {
+	st, err := stop(a.ctx, a.ep)
+	if err != nil {
+		return time.Time{}, err
+	}
+	conns := a.s.connects.Load()
+	paths := []string{pred}
+	if a.own == nil || a.ownConns != conns {
+		paths = append(paths, a.node.path)
+	}
+	sent := time.Now()
+	ws, err := c.GetWAll(st, paths...)
+	if err = a.settle(stopped(a.ctx, a.ep, err)); err != nil {
+		return time.Time{}, err
+	}
+	if len(ws) == 2 {
+		if ws[1].Err != nil {
+			return time.Time{}, errAgain // our node is gone: the listing says so
+		}
+		a.own, a.ownConns = ws[1].Event, conns
+	}
+	p := ws[0]
+	if p.Err != nil {
+		return time.Time{}, errAgain // pred is gone already: look again
+	}
+	if h := testHooks.Load(); h != nil && h.watching != nil {
+		h.watching(a.node.path, pred)
+	}
+	ev, err := waitOn(a, p.Event)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if ev.Type != zk.EventNodeDeleted || !bytes.Equal(p.Data, nodeData) || fired(a.own) ||
+		a.s.connects.Load() != conns || time.Since(sent) >= a.s.timeout/3 {
+		return time.Time{}, errAgain
+	}
+	if h := testHooks.Load(); h != nil && h.handedOver != nil {
+		h.handedOver(a.node.path)
+	}
+	return sent, nil
+}
+
+// fired reports whether the watch ch has fired.
+func fired(ch <-chan zk.Event) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // waitOn waits for ch and returns what it received; or for the end of

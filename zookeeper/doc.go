@@ -30,9 +30,23 @@
 //     the key's node and lists the key's children. The lowest sequence
 //     number holds the lock. Every other waiter watches the node just
 //     before its own and nothing else, so a release wakes exactly one
-//     waiter, the next in line, which lists again (the node it watched
-//     may have left the queue without holding). Waiters get the lock in
-//     the order they queued (Capabilities().FIFO).
+//     waiter, the next in line. Waiters get the lock in the order they
+//     queued (Capabilities().FIFO).
+//   - A waiter woken by the deletion of the only node that was ahead of it
+//     takes the lock from the watch event alone (a handover); any other
+//     waiter lists again, as the node it watched may have left the queue
+//     without holding. A handover needs to know that the deletion was not
+//     a move (see TTLs and sessions): every lock node carries the data
+//     "locker:1", which says that its moves are announced by a change of
+//     its data first, and a waiter watching a node without it (written by
+//     an earlier version, or another client) lists again. It also needs
+//     our own node to be there still: the first wait on one of the
+//     Locker's own connections sets a watch on our node too, and events
+//     come in the order of the changes that fire them, so a deletion of
+//     ours from outside is seen first. After a reconnect (whose re-set
+//     watches fire in no set order), or a wait of a third of the session
+//     timeout or more (the lock's TTL runs from the watch's request), the
+//     waiter lists again instead.
 //   - TryAcquire does the same once and removes its node if it is not
 //     first. An Acquire whose context ends removes its node before it
 //     returns.
@@ -52,12 +66,7 @@
 // (create, list, delete) but wait for two round trips: the listing is sent
 // right behind the create, without waiting for its reply. The server
 // answers one session's requests in the order they arrive, so the listing
-// already includes the new node. Where one of this Locker's recent
-// acquisitions of the key had to wait (and the eight since have not all
-// found it free), the listing waits for the create's reply instead: a
-// queue is likely there, and a listing that arrives with the create slows
-// the handoff to the next waiter (see Performance). A key whose
-// node does not exist yet
+// already includes the new node. A key whose node does not exist yet
 // costs two requests and two round trips more: the create (and the
 // listing behind it) fail, the key node is created, then our node in it.
 // That node is the key node's first, sequence number 0 (sequence numbers
@@ -87,7 +96,8 @@
 // The watchdog refreshes the locks due together in one request per session
 // (see Holding many locks), which proves the same. Refresh with another
 // TTL moves the lock into the session with that timeout, in one
-// transaction (delete our node, create it again under the same name): it
+// transaction (set our node's data, which tells the waiter behind that a
+// move follows; delete our node; create it again under the same name): it
 // keeps its place in the queue and its fence.
 //
 // A server grants session timeouts only within its range, and grants one
@@ -155,8 +165,9 @@
 // # Holding many locks
 //
 // A held lock costs the server one ephemeral node (and its key node, a
-// container), and the client about 1 KB of heap: no goroutine, timer or
-// watch of its own. A session, one per distinct TTL, costs a connection,
+// container), and the client about 1 KB of heap: no goroutine or timer of
+// its own. A lock that waited behind a single holder keeps the watch on
+// its own node (see How a lock works) until it is released. A session, one per distinct TTL, costs a connection,
 // the client library's few goroutines and its heartbeats (a ping every
 // third of the timeout or so, whatever the number of locks).
 //

@@ -46,6 +46,7 @@ type hooks struct {
 	listed       func(self string, n int)       // a waiter listed the queue (n children)
 	pipelined    func(self string)              // the listing sent behind the create was used
 	first        func(self string)              // the first node ever in its key node took the lock unlisted
+	handedOver   func(self string)              // the deletion of the only node ahead gave a waiter the lock unlisted
 	decide       func()                         // a request's goroutine is about to say whose its outcome is
 	gaveUp       func()                         // a caller stopped waiting for its request's outcome
 	checking     func(ttl time.Duration, n int) // a multi of n checks goes out over the session of ttl
@@ -62,8 +63,6 @@ type driver struct {
 	caps    backend.Capabilities
 	fixed   *session // with New: the user's session, the only one
 	done    chan struct{}
-
-	contention contention // keys whose acquisitions list after the create's reply
 
 	mu       sync.Mutex
 	closed   bool
@@ -437,8 +436,11 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 	s1 := h.s // h.op is ours: only we change h.s
 	err = s2.call(ctx, ep2, func() error {
 		res, err := s2.conn.Multi(
+			// Announced first (see nodeData): the waiter behind sees a
+			// change of data, not a deletion.
+			&zk.SetDataRequest{Path: h.path, Data: nodeData, Version: -1},
 			&zk.DeleteRequest{Path: h.path, Version: -1},
-			&zk.CreateRequest{Path: h.path, Acl: h.d.acl, Flags: zk.FlagEphemeral},
+			&zk.CreateRequest{Path: h.path, Data: nodeData, Acl: h.d.acl, Flags: zk.FlagEphemeral},
 		)
 		for _, r := range res {
 			if err == nil && r.Error != nil {

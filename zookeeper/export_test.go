@@ -5,6 +5,9 @@ import (
 	"time"
 )
 
+// NodeData is what the Locker writes into its lock nodes.
+var NodeData = string(nodeData)
+
 // EncodeKey is the key node name of lock key k.
 func EncodeKey(k string) string { return encodeKey(k) }
 
@@ -20,13 +23,14 @@ type Hooks struct {
 	Listed       func(self string, n int) // a waiter listed the queue
 	Pipelined    func(self string)        // the listing sent behind the create was used
 	First        func(self string)        // the first node ever in its key node took the lock unlisted
+	HandedOver   func(self string)        // the deletion of the only node ahead gave a waiter the lock unlisted
 }
 
 // SetHooks installs h for the rest of the test, or until restore is
 // called. restore may be called more than once; it removes h only if no
 // later SetHooks replaced it.
 func SetHooks(t testing.TB, h Hooks) (restore func()) {
-	p := &hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, findFailed: h.FindFailed, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined, first: h.First}
+	p := &hooks{beforeCreate: h.BeforeCreate, recovered: h.Recovered, findFailed: h.FindFailed, watching: h.Watching, listed: h.Listed, pipelined: h.Pipelined, first: h.First, handedOver: h.HandedOver}
 	testHooks.Store(p)
 	restore = func() { testHooks.CompareAndSwap(p, nil) }
 	t.Cleanup(restore)
@@ -39,7 +43,3 @@ func SetSessionIdle(t testing.TB, d time.Duration) {
 	old := sessionIdle.Swap(int64(d))
 	t.Cleanup(func() { sessionIdle.Store(old) })
 }
-
-// ForgetAfter is how many acquisitions in a row must find a key free for
-// the Locker to list behind the create again.
-const ForgetAfter = forgetAfter

@@ -81,6 +81,14 @@ func lockPrefix(parent, guid string) string {
 	return parent + "/" + protectedPrefix + guid + lockInfix
 }
 
+// nodeData is what this library writes into its lock nodes. It says that
+// the node announces a move (see held.move) by a change of its data before
+// the move deletes and re-creates it under the same name. So a waiter
+// watching such a node learns from a deletion alone that the node is gone
+// for good; one watching a node without it (written by an earlier version
+// of this library, or by another client) lists the queue to find out.
+var nodeData = []byte("locker:1")
+
 // lockNode is one parsed child of a key node.
 type lockNode struct {
 	guid string
@@ -111,6 +119,7 @@ type queue struct {
 	self    bool     // our node is present
 	lowest  bool     // ... and has the lowest sequence number: we hold the lock
 	pred    string   // name of the node just before ours, when not lowest
+	ahead   int      // lock nodes before ours, orphans not counted
 	orphans []string // other nodes with our guid: creates whose reply was lost
 }
 
@@ -133,6 +142,7 @@ func order(children []string, self string, guid string) queue {
 		case n.guid == guid:
 			q.orphans = append(q.orphans, c)
 		case n.seq < me.seq:
+			q.ahead++
 			if q.pred == "" || n.seq > predSeq {
 				q.pred, predSeq = c, n.seq
 			}

@@ -44,6 +44,7 @@ type ownConn interface {
 	CreateAndList(st zk.Stop, path string, data []byte, flags int32, acl []zk.ACL, list string, late func(zk.Created, error)) (zk.Created, zk.Listed, error)
 	ChildrenStop(st zk.Stop, path string) ([]string, *zk.Stat, error)
 	GetWStop(st zk.Stop, path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
+	GetWAll(st zk.Stop, paths ...string) ([]zk.Watched, error)
 	DeleteStop(st zk.Stop, path string, version int32) error
 }
 
@@ -89,7 +90,12 @@ type session struct {
 	// read by event.
 	granted   atomic.Int64 // timeout the server granted on the latest connection, ms
 	grantedID atomic.Int64 // session id it granted
-	dialErr   atomic.Pointer[error]
+	// connects counts the connections the server accepted. Watch events
+	// on one connection come in the order of the changes that fired them;
+	// a reconnect re-registers the watches, and those that fired in the
+	// meantime then come in no particular order.
+	connects atomic.Int64
+	dialErr  atomic.Pointer[error]
 
 	mu        sync.Mutex
 	refs      int         // held locks and acquisitions in progress
@@ -681,6 +687,7 @@ func (d *driver) openSession(s *session) error {
 		zk.WithSessionGranted(func(timeout time.Duration, id int64) {
 			s.granted.Store(timeout.Milliseconds())
 			s.grantedID.Store(id)
+			s.connects.Add(1)
 		}),
 		zk.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
 			c, err := net.DialTimeout(network, addr, timeout)

@@ -27,8 +27,6 @@ import (
 	"github.com/distlock/locker/conformance"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/zookeeper"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -151,6 +149,9 @@ func TestNodes(t *testing.T) {
 		if st.EphemeralOwner == 0 {
 			t.Errorf("lock node is not ephemeral")
 		}
+		if data, _, err := c.Get(base + "/" + zookeeper.EncodeKey(key) + "/" + nodes[0]); err != nil || string(data) != zookeeper.NodeData {
+			t.Errorf("lock node data %q, %v; want %q, which says that its moves are announced", data, err, zookeeper.NodeData)
+		}
 		f, ok := lk.Fence()
 		if !ok || f != uint64(st.Czxid) {
 			t.Errorf("Fence() = %d, %v; want the node's czxid %d", f, ok, st.Czxid)
@@ -166,67 +167,6 @@ func TestNodes(t *testing.T) {
 			t.Fatalf("round %d: Release left %v", i, nodes)
 		}
 	}
-}
-
-// TestListingAfterContention: once an Acquire of a key had to wait, the
-// next waiting Acquires of that Locker list the queue after the create's
-// reply, not behind it, until ForgetAfter of them in a row found the key
-// free; then they go back to listing behind the create. TryAcquire, whose listing behind the create is its
-// only one, always lists behind it.
-func TestListingAfterContention(t *testing.T) {
-	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	base := "/" + uniq("contention")
-	a, b := open(t, raw+base), open(t, raw+base)
-	ctx := context.Background()
-	var pipelined, listed atomic.Int32
-	watching := make(chan struct{}, 1)
-	zookeeper.SetHooks(t, zookeeper.Hooks{
-		Pipelined: func(string) { pipelined.Add(1) },
-		Listed:    func(string, int) { listed.Add(1) },
-		Watching: func(string, string) {
-			select {
-			case watching <- struct{}{}:
-			default:
-			}
-		},
-	})
-	// take takes k with l (waiting, or not) and says whether its queue
-	// listing was the one sent behind the create.
-	take := func(l locker.Locker, wait bool) (behind bool) {
-		t.Helper()
-		p0, n0 := pipelined.Load(), listed.Load()
-		var lk locker.Lock
-		var err error
-		if wait {
-			lk, err = l.Acquire(ctx, "k")
-		} else {
-			lk, err = l.TryAcquire(ctx, "k")
-		}
-		require.NoError(t, err)
-		require.NoError(t, lk.Release(ctx))
-		require.Equal(t, int32(1), listed.Load()-n0, "listings")
-		return pipelined.Load()-p0 == 1
-	}
-	held, err := a.Acquire(ctx, "k") // makes the key node
-	require.NoError(t, err)
-	waited := make(chan error, 1)
-	go func() {
-		lk, err := b.Acquire(ctx, "k")
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		waited <- err
-	}()
-	<-watching // b waits behind a
-	require.NoError(t, held.Release(ctx))
-	require.NoError(t, <-waited)
-
-	assert.True(t, take(b, false), "TryAcquire after waiting: the listing still goes behind the create")
-	for i := range zookeeper.ForgetAfter {
-		assert.False(t, take(b, true), "Acquire %d after waiting, the key found free since: the listing waits for the create's reply", i+1)
-	}
-	assert.True(t, take(b, true), "Acquire after finding k free ForgetAfter times in a row: the listing goes behind the create")
-	assert.True(t, take(a, true), "a never waited")
 }
 
 // TestKeyEncoding: every key maps to one valid znode name of its own, and
@@ -409,21 +349,34 @@ func TestNoHerd(t *testing.T) {
 	}
 	mu.Unlock()
 
-	// What the servers say: one watch per lock node but the last, each
-	// from one session.
+	// What the servers say: one watch per lock node but the last from
+	// another session, the next in line. The first waiter, next to the
+	// holder, also watches its own node (see handover); no other does.
 	watches := serverWatches(t, testenv.Hosts(t, raw), keyPath+"/")
 	for i, n := range queue {
-		sessions := watches[keyPath+"/"+n]
-		want := 1
+		_, st, err := c.Get(keyPath + "/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var others []string
+		own := 0
+		for _, s := range watches[keyPath+"/"+n] {
+			if s == fmt.Sprintf("0x%x", st.EphemeralOwner) {
+				own++
+			} else {
+				others = append(others, s)
+			}
+		}
+		wantOthers, wantOwn := 1, 0
 		if i == len(queue)-1 {
-			want = 0
+			wantOthers = 0
 		}
-		if len(sessions) != want {
-			t.Errorf("node %s is watched by %d sessions %v, want %d", n, len(sessions), sessions, want)
+		if i == 1 {
+			wantOwn = 1
 		}
-	}
-	if len(watches) != waiters {
-		t.Errorf("%d watched nodes under the key, want %d: %v", len(watches), waiters, watches)
+		if len(others) != wantOthers || own != wantOwn {
+			t.Errorf("node %s is watched by %d other sessions %v and %d times by its own, want %d and %d", n, len(others), others, own, wantOthers, wantOwn)
+		}
 	}
 
 	// Hand the lock down the queue: each release wakes one waiter, the next.

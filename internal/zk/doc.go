@@ -28,9 +28,10 @@
 // go-zookeeper's API does not give: WithSessionGranted (the session timeout
 // granted on each connect) and Conn.CreateAndList (a create's zxid and
 // session, and a listing sent behind it without waiting for its reply).
-// They replace reading these off the wire under the client. And a Stop
-// for the requests on a lock's path (CreateAndList, ChildrenStop, GetWStop,
-// DeleteStop): a caller whose context or session epoch ends stops waiting
+// They replace reading these off the wire under the client. Conn.GetWAll
+// sets several data watches in one round trip. And a Stop for the
+// requests on a lock's path (CreateAndList, ChildrenStop, GetWStop,
+// GetWAll, DeleteStop): a caller whose context or session epoch ends stops waiting
 // for the reply at once, without a goroutine per request to make that
 // possible.
 //

@@ -170,6 +170,52 @@ func (c *Conn) GetWStop(st Stop, path string) ([]byte, *Stat, <-chan Event, erro
 	return res.Data, &res.Stat, ech, nil
 }
 
+// Watched is the outcome of one data watch GetWAll set: the node's data
+// and the watch's channel, or why it was not set (ErrNoNode for a node
+// that is gone: no watch is left behind then).
+type Watched struct {
+	Data  []byte
+	Event <-chan Event
+	Err   error
+}
+
+// GetWAll is GetW on each of paths, the requests sent back to back
+// without waiting for a reply in between, so that all the watches cost one
+// round trip. The server handles them in the order given, and a session's
+// events come in the order of the changes that fire them. A node that is
+// gone is reported in its Watched (ErrNoNode); any other failure is
+// GetWAll's error. A watch whose request was stopped is still set once
+// its reply comes.
+func (c *Conn) GetWAll(st Stop, paths ...string) ([]Watched, error) {
+	for _, p := range paths {
+		if err := validatePath(p, false); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Watched, len(paths))
+	res := make([]getDataResponse, len(paths))
+	recv := make([]<-chan response, len(paths))
+	for i, p := range paths {
+		w := &out[i]
+		recv[i] = c.queueRequest(opGetData, &getDataRequest{Path: p, Watch: true}, &res[i], func(_ *request, _ *responseHeader, err error) {
+			if err == nil {
+				w.Event = c.addWatcher(p, watchTypeData)
+			}
+		})
+	}
+	for i, rc := range recv {
+		r, ok := c.await(st, rc)
+		switch {
+		case !ok:
+			return nil, ErrStopped
+		case r.err != nil && r.err != ErrNoNode:
+			return nil, r.err
+		}
+		out[i].Data, out[i].Err = res[i].Data, r.err
+	}
+	return out, nil
+}
+
 // DeleteStop is Delete, stopped by st.
 func (c *Conn) DeleteStop(st Stop, path string, version int32) error {
 	if err := validatePath(path, false); err != nil {
