@@ -37,7 +37,14 @@ func connect(b *testing.B, hosts []string) *zk.Conn {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// go-zookeeper connects in the background and retries for ever: a
+	// server that is down would hang the benchmark instead of failing it.
+	deadline := time.Now().Add(10 * time.Second)
 	for c.State() != zk.StateHasSession {
+		if time.Now().After(deadline) {
+			c.Close()
+			b.Fatalf("no ZooKeeper session with %v within 10s: is the server up (make services-up)?", hosts)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	return c

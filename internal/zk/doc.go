@@ -31,9 +31,9 @@
 // They replace reading these off the wire under the client. Conn.GetWAll
 // sets several data watches in one round trip. And a Stop for the
 // requests on a lock's path (CreateAndList, ChildrenStop, GetWStop,
-// GetWAll, DeleteStop): a caller whose context or session epoch ends stops waiting
-// for the reply at once, without a goroutine per request to make that
-// possible.
+// GetWAll, DeleteStop): a caller whose context or session epoch ends
+// stops waiting for the reply at once, without a goroutine per request to
+// make that possible.
 //
 // Keep the copy close to upstream: change it only to fix a defect or to
 // add what the backend needs, and list the change above.
