@@ -103,20 +103,42 @@ func await(t *testing.T, ch <-chan acquired, what string) locker.Lock {
 	return nil
 }
 
+// queued is a key held by one Locker with a waiter of another queued
+// right behind it, on the test server.
+type queued struct {
+	base string
+	c    *zk.Conn // a plain connection, for looking at the nodes
+	w    *waits
+	held locker.Lock     // the holder's lock on "k"
+	got  <-chan acquired // the waiter's Acquire
+	self string          // the waiter's node
+	pred string          // the node it watches
+}
+
+// queue opens the two Lockers under a base node named after name, takes
+// "k" with the first and queues the second behind it, Acquire taking
+// opts, and waits until the waiter watches the holder's node.
+func queue(t *testing.T, name string, opts ...locker.Option) queued {
+	raw := testenv.Get(t, testenv.ZooKeeperURL)
+	q := queued{base: "/" + uniq(name)}
+	a, b := open(t, raw+q.base), open(t, raw+q.base)
+	q.c = dial(t, testenv.Hosts(t, raw), 10*time.Second)
+	q.w = watchWaits(t)
+	var err error
+	q.held, err = a.Acquire(context.Background(), "k")
+	require.NoError(t, err)
+	q.got = acquireAsync(b, "k", opts...)
+	q.self, q.pred = q.w.nextWatch(t)
+	return q
+}
+
 // TestHandover: a waiter whose only node ahead is released takes the lock
 // from the watch event, without listing the queue again; its fence is
 // above the holder's, and its lock node is the one it queued.
 func TestHandover(t *testing.T) {
-	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	base := "/" + uniq("handover")
-	a, b := open(t, raw+base), open(t, raw+base)
-	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
+	q := queue(t, "handover")
 	ctx := context.Background()
-	w := watchWaits(t)
-	held, err := a.Acquire(ctx, "k")
-	require.NoError(t, err)
-	got := acquireAsync(b, "k")
-	self, pred := w.nextWatch(t)
+	base, c, w, held, got, self, pred := q.base, q.c, q.w, q.held, q.got, q.self, q.pred
 	_, listings, _ := w.counts(self)
 	require.NoError(t, held.Release(ctx))
 	lk := await(t, got, "waiter")
@@ -182,16 +204,9 @@ func TestHandoverNotFromForeignNode(t *testing.T) {
 // outside before the node ahead went is not handed the lock: it queues
 // again, and holds the lock on a node that exists.
 func TestHandoverNotWithoutOwnNode(t *testing.T) {
-	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	base := "/" + uniq("ownnode")
-	a, b := open(t, raw+base), open(t, raw+base)
-	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
+	q := queue(t, "ownnode")
 	ctx := context.Background()
-	w := watchWaits(t)
-	held, err := a.Acquire(ctx, "k")
-	require.NoError(t, err)
-	got := acquireAsync(b, "k")
-	self, _ := w.nextWatch(t)
+	base, c, w, held, got, self := q.base, q.c, q.w, q.held, q.got, q.self
 	require.NoError(t, c.Delete(self, -1))
 	require.NoError(t, held.Release(ctx))
 	lk := await(t, got, "waiter")
@@ -210,16 +225,10 @@ func TestHandoverNotWithoutOwnNode(t *testing.T) {
 // session timeout or more lists the queue once woken, so that its lock's
 // TTL runs from that listing rather than from the watch set long ago.
 func TestHandoverNotAfterLongWait(t *testing.T) {
-	raw := testenv.Get(t, testenv.ZooKeeperURL)
-	base := "/" + uniq("longwait")
-	a, b := open(t, raw+base), open(t, raw+base)
-	ctx := context.Background()
-	w := watchWaits(t)
 	const ttl = 2 * time.Second
-	held, err := a.Acquire(ctx, "k")
-	require.NoError(t, err)
-	got := acquireAsync(b, "k", locker.WithTTL(ttl))
-	self, _ := w.nextWatch(t)
+	q := queue(t, "longwait", locker.WithTTL(ttl))
+	ctx := context.Background()
+	w, held, got, self := q.w, q.held, q.got, q.self
 	_, listings, _ := w.counts(self)
 	time.Sleep(ttl/3 + 100*time.Millisecond) // only ever longer than the limit
 	require.NoError(t, held.Release(ctx))
