@@ -109,7 +109,11 @@
 // entry itself when its validity runs out, and likewise after a Release
 // that failed in transit and was not retried. Refresh with another TTL
 // moves the entry to that TTL's lease; a put on an existing key keeps its
-// create revision, so the fence and the queue position stay.
+// create revision, so the fence and the queue position stay. The put does
+// not keep that lease alive, which may be nearer its end than the new TTL:
+// from the moment the put is sent, the lock counts the target lease among
+// those it may be on, so that the lease's lapse closes Lost even while the
+// put's reply is awaited or was lost.
 //
 // # What Lost promises
 //

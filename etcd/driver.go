@@ -231,6 +231,7 @@ type hooks struct {
 	resynced  func()                     // the watcher looked at every held entry, before it starts the watch
 	change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
 	due       func()                     // the watcher is about to check whether a lock has been held for watchAfter
+	moved     func(entry string)         // a move's transaction returned, before its outcome is taken in
 }
 
 var testHooks atomic.Pointer[hooks]
@@ -595,12 +596,27 @@ func (h *held) move(ctx context.Context, secs int64) error {
 	if err != nil {
 		return err
 	}
+	// From the moment the put is sent, the server may apply it, and the
+	// entry then lives only as long as nl, whose keepalives may already
+	// be failing: nl's lapse must end the lock even while the reply is
+	// awaited, so nl counts among the leases the entry may be on first.
+	added, ok := h.mayMoveTo(nl)
+	if !ok {
+		h.d.unref(nl)
+		return backend.ErrNotHeld
+	}
 	// The watch may see the put before its reply is back here.
 	h.setMoving(nl)
 	defer h.setMoving(nil)
 	resp, err := h.d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id))).Commit()
+	if hk := testHooks.Load(); hk != nil && hk.moved != nil {
+		hk.moved(h.key)
+	}
 	if err != nil {
 		if definite(err) {
+			if added {
+				h.notOn(nl)
+			}
 			h.d.unref(nl)
 		} else {
 			h.addOther(nl) // the entry may be on nl now
@@ -616,6 +632,40 @@ func (h *held) move(ctx context.Context, secs int64) error {
 	h.putRev = max(h.putRev, resp.Header.Revision)
 	h.mu.Unlock()
 	return h.extend(nl, true)
+}
+
+// mayMoveTo counts l among the leases h's entry may be on (h.others),
+// with a reference of its own, before a move to l is sent; added says
+// that it was not counted already. ok is false if h is done or l dead:
+// the move is not to be sent.
+func (h *held) mayMoveTo(l *lease) (added, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return false, false
+	}
+	if l == h.lease || slices.Contains(h.others, l) {
+		return false, true
+	}
+	if !l.register(h) {
+		return false, false
+	}
+	h.d.ref(l)
+	h.others = append(h.others, l)
+	return true, true
+}
+
+// notOn undoes mayMoveTo after a move to l that was certainly not applied.
+func (h *held) notOn(l *lease) {
+	h.mu.Lock()
+	i := slices.Index(h.others, l)
+	if i < 0 {
+		h.mu.Unlock()
+		return // h was finished meanwhile, and dropped l with the rest
+	}
+	h.others = slices.Delete(h.others, i, i+1)
+	h.mu.Unlock()
+	h.drop([]*lease{l})
 }
 
 func (h *held) setMoving(l *lease) {

@@ -29,13 +29,14 @@ type Hooks struct {
 	Resynced  func()                     // the watcher looked at every held entry, before it starts the watch
 	Change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
 	Due       func()                     // the watcher is about to check whether a lock has been held for watchAfter
+	Moved     func(entry string)         // a move's transaction returned, before its outcome is taken in
 }
 
 // SetHooks installs h for the rest of the test, or until restore is
 // called. restore may be called more than once; it removes h only if no
 // later SetHooks replaced it.
 func SetHooks(t testing.TB, h Hooks) (restore func()) {
-	p := &hooks{watching: h.Watching, checking: h.Checking, put: h.Put, keepalive: h.Keepalive, held: h.Held, resync: h.Resync, resynced: h.Resynced, change: h.Change, due: h.Due}
+	p := &hooks{watching: h.Watching, checking: h.Checking, put: h.Put, keepalive: h.Keepalive, held: h.Held, resync: h.Resync, resynced: h.Resynced, change: h.Change, due: h.Due, moved: h.Moved}
 	testHooks.Store(p)
 	restore = func() { testHooks.CompareAndSwap(p, nil) }
 	t.Cleanup(restore)
@@ -47,6 +48,7 @@ var (
 	ErrEntryDeleted     = errEntryDeleted
 	ErrEntryOverwritten = errEntryOverwritten
 	ErrEntryMoved       = errEntryMoved
+	ErrLeaseExpired     = errLeaseExpired
 )
 
 // SetWatchAfter changes how long a lock is held before the watch must

@@ -208,6 +208,13 @@ func (d *driver) grant(ctx context.Context, l *lease) error {
 }
 
 // unref drops a reference taken by getLease.
+// ref takes another reference to l, which the caller holds one of.
+func (d *driver) ref(l *lease) {
+	d.mu.Lock()
+	l.refs++
+	d.mu.Unlock()
+}
+
 func (d *driver) unref(l *lease) {
 	d.mu.Lock()
 	l.refs--

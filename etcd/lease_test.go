@@ -15,6 +15,8 @@ import (
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/etcd"
 	"github.com/distlock/locker/internal/testenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // leaseOf returns the lease of the only entry in the queue of key.
@@ -317,4 +319,53 @@ func TestOrphansSwept(t *testing.T) {
 	if !slices.Equal(first, again) {
 		t.Errorf("new waiters queued as %q, want the names freed by the sweep, %q", again, first)
 	}
+}
+
+// TestLostWithTargetLeaseOfMoveInFlight: a Refresh to another TTL moves
+// the entry to that TTL's lease, and the server may apply the move long
+// before its reply comes back. Should that lease end meanwhile, the entry
+// goes with it on the server, so the lock must be reported lost then, not
+// only at the validity the Refresh would give: here the move's reply is
+// held back, the target lease is revoked, and Lost must close for the
+// lease's end. (Found by the randomized fault test: a move to a lease
+// whose keepalives were failing let another client take the key while the
+// mover, its reply cut off, still believed it held it.)
+func TestLostWithTargetLeaseOfMoveInFlight(t *testing.T) {
+	etcd.SetWatchAfter(t, time.Hour) // no watch: only the lease can tell
+	url := testenv.Get(t, testenv.EtcdURL)
+	raw := rawClient(t, testenv.Hosts(t, url)...)
+	l := open(t, url)
+	ctx := context.Background()
+	const from, to = 20 * time.Second, 10 * time.Second
+	key := uniqueKey("move-in-flight")
+	lk, err := l.Acquire(ctx, key, locker.WithTTL(from), locker.WithAutoRefresh(false))
+	require.NoError(t, err)
+	t.Cleanup(func() { lk.Release(context.Background()) })
+	entry := entryOf(t, raw, key)
+
+	applied, reply := make(chan struct{}), make(chan struct{})
+	etcd.SetHooks(t, etcd.Hooks{Moved: func(e string) {
+		if e == entry {
+			close(applied)
+			<-reply
+		}
+	}})
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- lk.Refresh(ctx, to) }()
+	<-applied
+	r, err := raw.Get(ctx, entry)
+	require.NoError(t, err)
+	require.Len(t, r.Kvs, 1)
+	_, err = raw.Revoke(ctx, clientv3.LeaseID(r.Kvs[0].Lease))
+	require.NoError(t, err)
+	select {
+	case <-lk.Lost():
+	case <-time.After(to + 5*time.Second):
+		t.Fatal("Lost still open")
+	}
+	close(reply)
+	_, err = lk.TTL(ctx)
+	assert.ErrorIs(t, err, locker.ErrNotHeld)
+	assert.ErrorIs(t, err, etcd.ErrLeaseExpired, "Lost closed by the end of the lock's validity, not by the end of the lease the move put it on")
+	assert.ErrorIs(t, <-refreshed, locker.ErrNotHeld)
 }
