@@ -644,15 +644,11 @@ func (h *held) mayMoveTo(l *lease) (added, ok bool) {
 	if h.done {
 		return false, false
 	}
-	if l == h.lease || slices.Contains(h.others, l) {
-		return false, true
+	added, dead := h.countLocked(l)
+	if added {
+		h.d.ref(l) // the caller's reference is the move's own
 	}
-	if !l.register(h) {
-		return false, false
-	}
-	h.d.ref(l)
-	h.others = append(h.others, l)
-	return true, true
+	return added, !dead
 }
 
 // notOn undoes mayMoveTo after a move to l that was certainly not applied.
@@ -683,17 +679,24 @@ func (h *held) addOther(l *lease) {
 		return
 	}
 	defer h.mu.Unlock()
-	if l == h.lease || !l.register(h) {
+	if added, _ := h.countLocked(l); !added {
 		h.d.unref(l)
-		return
 	}
-	for _, o := range h.others {
-		if o == l {
-			h.d.unref(l)
-			return
-		}
+}
+
+// countLocked counts l among the leases h's entry may be on (h.others),
+// registering h with it, and reports whether it added l: not if l is
+// h.lease or counted already, nor if it is dead (dead). h.mu is held, and
+// h is not done.
+func (h *held) countLocked(l *lease) (added, dead bool) {
+	if l == h.lease || slices.Contains(h.others, l) {
+		return false, false
+	}
+	if !l.register(h) {
+		return false, true
 	}
 	h.others = append(h.others, l)
+	return true, false
 }
 
 // extend records a successful refresh; the entry is now on l. moved is

@@ -43,7 +43,6 @@ type conn interface {
 type ownConn interface {
 	CreateAndList(st zk.Stop, path string, data []byte, flags int32, acl []zk.ACL, list string, late func(zk.Created, error)) (zk.Created, zk.Listed, error)
 	ChildrenStop(st zk.Stop, path string) ([]string, *zk.Stat, error)
-	GetWStop(st zk.Stop, path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
 	GetWAll(st zk.Stop, paths ...string) ([]zk.Watched, error)
 	DeleteStop(st zk.Stop, path string, version int32) error
 }
@@ -442,8 +441,11 @@ func (s *session) watchData(ctx context.Context, ep *epoch, path string) (<-chan
 		if err != nil {
 			return nil, err
 		}
-		_, _, watch, err := c.GetWStop(st, path)
-		return watch, stopped(ctx, ep, err)
+		ws, err := c.GetWAll(st, path)
+		if err != nil {
+			return nil, stopped(ctx, ep, err)
+		}
+		return ws[0].Event, ws[0].Err
 	}
 	var watch <-chan zk.Event
 	err := s.call(ctx, ep, func() error {

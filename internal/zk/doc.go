@@ -30,8 +30,8 @@
 // session, and a listing sent behind it without waiting for its reply).
 // They replace reading these off the wire under the client. Conn.GetWAll
 // sets several data watches in one round trip. And a Stop for the
-// requests on a lock's path (CreateAndList, ChildrenStop, GetWStop,
-// GetWAll, DeleteStop): a caller whose context or session epoch ends
+// requests on a lock's path (CreateAndList, ChildrenStop, GetWAll,
+// DeleteStop): a caller whose context or session epoch ends
 // stops waiting for the reply at once, without a goroutine per request to
 // make that possible.
 //

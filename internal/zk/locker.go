@@ -148,28 +148,6 @@ func (c *Conn) ChildrenStop(st Stop, path string) ([]string, *Stat, error) {
 	return res.Children, &res.Stat, r.err
 }
 
-// GetWStop is GetW, stopped by st. A watch whose request was stopped is
-// still set once the reply comes, and fires as any other.
-func (c *Conn) GetWStop(st Stop, path string) ([]byte, *Stat, <-chan Event, error) {
-	if err := validatePath(path, false); err != nil {
-		return nil, nil, nil, err
-	}
-	var ech <-chan Event
-	res := &getDataResponse{}
-	r, ok := c.await(st, c.queueRequest(opGetData, &getDataRequest{Path: path, Watch: true}, res, func(_ *request, _ *responseHeader, err error) {
-		if err == nil {
-			ech = c.addWatcher(path, watchTypeData)
-		}
-	}))
-	switch {
-	case !ok:
-		return nil, nil, nil, ErrStopped
-	case r.err != nil:
-		return nil, nil, nil, r.err
-	}
-	return res.Data, &res.Stat, ech, nil
-}
-
 // Watched is the outcome of one data watch GetWAll set: the node's data
 // and the watch's channel, or why it was not set (ErrNoNode for a node
 // that is gone: no watch is left behind then).

@@ -154,7 +154,7 @@ func TestStop(t *testing.T) {
 		defer p.HoldReplies(false)
 		_, _, err := c.ChildrenStop(Stop{Done: done}, parent)
 		require.ErrorIs(t, err, ErrStopped)
-		_, _, _, err = c.GetWStop(Stop{Done: done}, parent)
+		_, err = c.GetWAll(Stop{Done: done}, parent)
 		require.ErrorIs(t, err, ErrStopped)
 		p.HoldReplies(false)
 		children, _, err := c.ChildrenStop(Stop{}, parent)
