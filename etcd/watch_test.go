@@ -54,6 +54,7 @@ func setWatchHooks(t *testing.T) *watchHooks {
 			}
 		},
 		Resync: func() {
+			time.Sleep(300 * time.Millisecond)
 			h.mu.Lock()
 			on, n := h.onResync, h.resyncs+1
 			h.mu.Unlock()
@@ -94,6 +95,14 @@ func (h *watchHooks) waitChange(t *testing.T, typ, key string) {
 		defer h.mu.Unlock()
 		return h.changed[typ+" "+key]
 	})
+}
+
+// waitWatch waits until the watcher has started a watch: a change made
+// from then on is reported by it. (A watch started later begins at the
+// revision its look saw, after the change, and never reports it.)
+func (h *watchHooks) waitWatch(t *testing.T) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, "the watcher starts a watch", func() bool { return h.resynced() > 0 })
 }
 
 func (h *watchHooks) resynced() int {
@@ -269,7 +278,8 @@ func TestWatchCoversLockRegisteredLate(t *testing.T) {
 	raw := rawClient(t, testenv.Hosts(t, url)...)
 	hooks := setWatchHooks(t)
 	l := open(t, url)
-	acquireUnrefreshed(t, l, uniqueKey("first")) // the watch runs
+	acquireUnrefreshed(t, l, uniqueKey("first"))
+	hooks.waitWatch(t)
 	key := uniqueKey("registered-late")
 	hooks.set(func(h *watchHooks) {
 		h.onHeld = func(entry string) {
@@ -305,6 +315,7 @@ func newGapServer(t *testing.T, ns string, args ...string) *gapServer {
 // change is applied in a later turn of its loop.
 func (g *gapServer) watching(t *testing.T, name string) {
 	t.Helper()
+	g.hooks.waitWatch(t)
 	for _, k := range []string{g.ns + "/probe/" + name + "-1", g.ns + "/probe/" + name + "-2"} {
 		if _, err := g.raw.Put(context.Background(), k, ""); err != nil {
 			t.Fatal(err)
