@@ -202,8 +202,8 @@
 // The Locker's two scripts sent alone ran at 0.86x to 0.90x the raw pair,
 // a Locker at 0.82x to 0.87x (0.95x to 0.97x its scripts): the fencing
 // token is what the gap buys. Sub-benchmarks run one after another
-// (Uncontended) read 1.0x to 1.1x, because their ratios move by 10% with
-// the load. Taking turns the same way, an acquire script without the
+// (Uncontended) have read anywhere from 0.81x to 1.1x, as the load on the
+// machine moves between them: compare designs with Turns. Taking turns the same way, an acquire script without the
 // fence (SET NX PX alone) ran about 3% faster than the Locker's, and the
 // server's command statistics put an EVALSHA at some 5 µs more than a
 // plain SET: the rest of the gap is the script itself.
