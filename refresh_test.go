@@ -230,7 +230,10 @@ func TestWatchdogWaitsForUserRefresh(t *testing.T) {
 	defer letGo()
 	done := make(chan error, 1)
 	go func() { done <- lk.Refresh(ctx, 2*ttl) }()
-	<-d.sent
+	for got := <-d.sent; got != 2*ttl; got = <-d.sent {
+		// A watchdog refresh sent before the user's Refresh began: a
+		// stall of this goroutine past ttl/3 lets one through.
+	}
 	// The watchdog's refresh falls due at ttl/3 and must not be sent while
 	// the user's is held; the lock's validity runs out meanwhile (Lost),
 	// since its last refresh succeeded long ago.
@@ -416,7 +419,13 @@ func TestBatchOutlivesItsFirstDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	farUntil := far.Until()
-	<-d.arrived
+	select {
+	case <-d.arrived:
+	case <-time.After(ttl):
+		// Only if more than the batching window (ttl/30) passed between
+		// the two acquisitions: they were then refreshed apart.
+		t.Fatal("no batch of refreshes reached the driver within a TTL")
+	}
 	// The near lock's validity runs out while the batch is at the server.
 	<-near.Lost()
 	close(d.letGo)

@@ -294,7 +294,10 @@ func TestTelemetryLost(t *testing.T) {
 			opts: append(short, locker.WithMaxHold(time.Millisecond)),
 		},
 		{
-			name: "refresh-failed", backend: "memory", cause: "refresh_failed", opts: short,
+			// Long enough that a refresh is tried, and fails, before the
+			// validity runs out even if the watchdog is a few hundred ms late.
+			name: "refresh-failed", backend: "memory", cause: "refresh_failed",
+			opts:   []locker.Option{locker.WithTTL(600 * time.Millisecond)},
 			driver: func() backend.Driver { return failingDriver{memstore.NewDriver(memstore.NewStore())} },
 		},
 		{

@@ -54,7 +54,6 @@ func setWatchHooks(t *testing.T) *watchHooks {
 			}
 		},
 		Resync: func() {
-			time.Sleep(300 * time.Millisecond)
 			h.mu.Lock()
 			on, n := h.onResync, h.resyncs+1
 			h.mu.Unlock()
@@ -391,16 +390,21 @@ func TestWatchLagsBehindOwnMoves(t *testing.T) {
 	etcd.SetWatchAfter(t, 0) // the watch from the first lock on
 	url := testenv.Get(t, testenv.EtcdURL)
 	raw := rawClient(t, testenv.Hosts(t, url)...)
+	started := setWatchHooks(t)
 	l := open(t, url)
 	ctx := context.Background()
 	key := uniqueKey("lag")
 	lk := acquireUnrefreshed(t, l, key)
+	started.waitWatch(t) // else the watch may begin after the blocker's put
 	entry := entryOf(t, raw, key)
 	blocker := etcd.DefaultNamespace + "/" + uniqueKey("lag-blocker")
 	t.Cleanup(func() { raw.Delete(ctx, blocker) })
 
 	// The watcher stops at the blocker's put until the test lets it go.
 	held, letGo := make(chan struct{}), make(chan struct{})
+	var goOnce sync.Once
+	release := func() { goOnce.Do(func() { close(letGo) }) }
+	t.Cleanup(release) // before the Locker's Close, which waits for the watcher
 	var entryPuts atomic.Int32
 	restore := etcd.SetHooks(t, etcd.Hooks{Change: func(key, typ string) {
 		switch {
@@ -415,14 +419,18 @@ func TestWatchLagsBehindOwnMoves(t *testing.T) {
 	if _, err := raw.Put(ctx, blocker, ""); err != nil {
 		t.Fatal(err)
 	}
-	<-held
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watcher did not apply the blocker's put within 30s")
+	}
 	if err := lk.Refresh(ctx, watchTTL+2*time.Second); err != nil {
 		t.Fatalf("Refresh to another lease: %v", err)
 	}
 	if err := lk.Refresh(ctx, watchTTL); err != nil {
 		t.Fatalf("Refresh back to the first lease: %v", err)
 	}
-	close(letGo)
+	release()
 	testenv.WaitFor(t, 10*time.Second, "the watcher applied both moves", func() bool { return entryPuts.Load() >= 2 })
 	if err := lk.Err(); err != nil {
 		t.Fatalf("the lock was reported lost by its own lease changes: %v", err)
@@ -457,10 +465,15 @@ func TestWatchStartsForLongHolds(t *testing.T) {
 		Resync: func() { starts.Add(1) },
 	})
 
+	// The check waits for the release: a stall between the two must not
+	// make the brief lock a long one.
+	brief := make(chan struct{})
+	gate.Store(&brief)
 	lk := acquireUnrefreshed(t, l, uniqueKey("brief"))
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	close(brief)
 	<-due
 	if n := starts.Load(); n != 0 {
 		t.Fatalf("the watch started %d times for a lock released before watchAfter", n)

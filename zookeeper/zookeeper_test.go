@@ -252,7 +252,7 @@ func TestCancelledAcquireRemovesNode(t *testing.T) {
 		if how == "cancel" {
 			wctx, cancel = context.WithCancel(ctx)
 		} else {
-			wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			wctx, cancel = context.WithTimeout(ctx, time.Second) // long enough to see it queued on a loaded machine
 		}
 		errc := make(chan error, 1)
 		go func() {

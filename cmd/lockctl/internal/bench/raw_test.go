@@ -140,9 +140,11 @@ func TestRawRedisTTL(t *testing.T) {
 			c1, c2 := rawTestOpen(t, d), rawTestOpen(t, d)
 			key, ctx := rawTestKey(t), context.Background()
 
-			u1 := rawMustLock(t, c1, key, 200*time.Millisecond)
+			// A TTL that a stall of the machine does not run out before
+			// the first check.
+			u1 := rawMustLock(t, c1, key, time.Second)
 			rawWantBusy(t, c2, key, "before the TTL")
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(1200 * time.Millisecond)
 			u2 := rawMustLock(t, c2, key, 10*time.Second)
 			if err := u1(ctx); !errors.Is(err, rawErrNotHeld) {
 				t.Fatalf("Unlock after the TTL = %v, want rawErrNotHeld", err)
