@@ -160,6 +160,9 @@ type acquired struct {
 	lk  locker.Lock
 	err error
 	at  time.Time
+	// holderLost: the previous holder's Lost had closed when the lock was
+	// taken (acquireLater only).
+	holderLost bool
 }
 
 // TestLeaderKill: the cluster's leader is killed while a lock is held and
@@ -188,7 +191,7 @@ func TestLeaderKill(t *testing.T) {
 	got := make(chan acquired, 1)
 	go func() {
 		lk, err := w.Acquire(wctx, key, locker.WithTTL(ttl))
-		got <- acquired{lk, err, time.Now()}
+		got <- acquired{lk: lk, err: err, at: time.Now()}
 	}()
 	testenv.WaitFor(t, 5*time.Second, "the waiter queues", func() bool { return len(queue(t, raw, prefix)) == 2 })
 
@@ -293,7 +296,7 @@ func TestPartitionLostBeforeTakeover(t *testing.T) {
 			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			lk, err := other.Acquire(actx, key, locker.WithTTL(ttl))
-			got <- acquired{lk, err, time.Now()}
+			got <- acquired{lk: lk, err: err, at: time.Now()}
 		}()
 		testenv.WaitFor(t, 5*time.Second, "the other client queues", func() bool {
 			return len(queue(t, raw, etcd.QueuePrefix(etcd.DefaultNamespace, key))) == 2
