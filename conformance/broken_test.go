@@ -305,7 +305,7 @@ func harness(f flaw) conformance.Harness {
 			}
 			return conformance.Client{Locker: locker.New(bd, nil), Crash: func() { d.cut.Store(true) }}, nil
 		},
-		TTL: 100 * time.Millisecond,
+		TTL: 250 * time.Millisecond,
 	}
 }
 

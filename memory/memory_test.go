@@ -23,7 +23,7 @@ func harness() conformance.Harness {
 			c := memory.NewClient(&memory.Options{Store: s})
 			return conformance.Client{Locker: c.Locker, Crash: c.Crash}, nil
 		},
-		TTL: 100 * time.Millisecond,
+		TTL: 250 * time.Millisecond,
 	}
 }
 
@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 // the clients share the named store, and crash as Client.Crash does.
 func TestConformanceURL(t *testing.T) {
 	h := conformance.URLHarness("memory://conformance-url?prefix=app/")
-	h.TTL = 100 * time.Millisecond
+	h.TTL = 250 * time.Millisecond
 	conformance.Run(t, h)
 }
 

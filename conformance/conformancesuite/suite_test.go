@@ -37,7 +37,7 @@ func harness() conformance.Harness {
 			c := memory.NewClient(&memory.Options{Store: s, Config: locker.Config{Logger: slog.New(slog.DiscardHandler)}})
 			return conformance.Client{Locker: c.Locker, Crash: c.Crash}, nil
 		},
-		TTL: 100 * time.Millisecond,
+		TTL: 250 * time.Millisecond,
 	}
 }
 
