@@ -123,8 +123,8 @@ func ExampleWithMaxHold() {
 	defer l.Close()
 
 	// However long the work hangs, the lock is kept alive for at most
-	// 200 ms (plus one TTL): then others get their turn.
-	lk, _ := l.Acquire(ctx, "reports/monthly", locker.WithTTL(100*time.Millisecond), locker.WithMaxHold(200*time.Millisecond))
+	// 300 ms (plus one TTL): then others get their turn.
+	lk, _ := l.Acquire(ctx, "reports/monthly", locker.WithTTL(300*time.Millisecond), locker.WithMaxHold(300*time.Millisecond))
 	<-lk.Lost()
 	fmt.Println(errors.Is(lk.Err(), locker.ErrMaxHold))
 	// Output:
