@@ -358,3 +358,45 @@ func TestBrokenBackendsFail(t *testing.T) {
 		})
 	}
 }
+
+// coldDriver fails its client's first attempts, as a Redlock node whose
+// answer is awaited for 100 ms fails a burst of first requests that must
+// each open a connection (through a proxy, on a loaded machine).
+type coldDriver struct {
+	*driver
+	cold atomic.Int32 // attempts still to fail
+}
+
+var errCold = errors.New("no answer within 100ms (a connection still being opened)")
+
+func (d *coldDriver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	if d.cold.Add(-1) >= 0 {
+		return backend.Acquisition{}, errCold
+	}
+	return d.driver.TryAcquire(ctx, req)
+}
+
+// TestCrashDuringAcquireWarmsUp: crash-during-acquire warms its observer
+// up with an Acquire per key at once; a client whose first attempts fail
+// for want of connections is no finding about the keys, and the case
+// passes on a correct backend. (The warm-up's failures failed the case,
+// in lockctl check on Redlock, now and then.)
+func TestCrashDuringAcquireWarmsUp(t *testing.T) {
+	s := &store{flaw: correct, keys: map[string]*entry{}, waiters: map[string][]*waiter{}}
+	h := conformance.Harness{
+		NewClient: func(context.Context) (conformance.Client, error) {
+			d := &coldDriver{driver: &driver{s: s}}
+			d.cold.Store(20) // more than the case's keys: every one of them fails once
+			return conformance.Client{Locker: locker.New(d, nil), Crash: func() { d.cut.Store(true) }}, nil
+		},
+		TTL:    250 * time.Millisecond,
+		Select: func(name string) bool { return name == "crash-during-acquire" },
+	}
+	rep, err := conformance.Check(context.Background(), h)
+	if err != nil {
+		t.Fatalf("crash-during-acquire failed a correct backend whose clients' first attempts fail:\n%s", rep)
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("want one case run, got %d", len(rep.Results))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,6 +219,7 @@ func caseCrashDuringAcquire(t *T) {
 	// so that some crash lands between the request and its reply (or,
 	// on a backend that takes a lock in two steps, between the steps).
 	probe := t.Locker()
+	warmUp(t, probe, t.Key("probe")) // the acquire, not the connections
 	start := time.Now()
 	t.Release(t.Acquire(probe, t.Key("probe")))
 	lat := time.Since(start)
@@ -229,12 +231,7 @@ func caseCrashDuringAcquire(t *T) {
 	obs := t.Locker()
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() {
-			// With the case's TTL: a release that fails on a loaded
-			// machine leaves a lock that expires before the check.
-			lk := t.Acquire(obs, t.Key(fmt.Sprintf("k%d", i)), locker.WithTTL(t.TTL()))
-			_ = lk.Release(t.Context()) // warming only; the check below judges the keys
-		})
+		wg.Go(func() { warmUp(t, obs, t.Key(fmt.Sprintf("k%d", i))) })
 	}
 	wg.Wait()
 	attempts := make([]crashedAcquire, n)
@@ -268,6 +265,30 @@ func caseCrashDuringAcquire(t *T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// warmUp takes and releases key on l, so that l has its connections
+// before it judges the key. The first of many Acquire calls at once make
+// new connections together, through proxies, on what may be a loaded
+// machine; where a server's answer is awaited for a short time (a
+// Redlock node's), all of them may miss it. That is no finding about the
+// key: it tries again, for up to LongTTL, and leaves the judging to the
+// check that follows.
+func warmUp(t *T, l locker.Locker, key string) {
+	deadline := time.Now().Add(t.LongTTL())
+	for {
+		// With the case's TTL: a release that fails on a loaded machine
+		// leaves a lock that expires before the check.
+		lk, err := l.Acquire(t.Context(), key, locker.WithTTL(t.TTL()))
+		if err == nil {
+			_ = lk.Release(t.Context())
+			return
+		}
+		if t.Context().Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
+	}
 }
 
 // A crashedAcquire is an Acquire of key by a client crashed while (or,
