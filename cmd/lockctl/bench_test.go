@@ -39,7 +39,13 @@ func TestBench(t *testing.T) {
 	got := map[cell]int{}
 	for _, res := range rep.Results {
 		held := res.Scenario == "held-locks"
-		if res.Ops == 0 || res.PerSec <= 0 || !held && res.Latency.P50 <= 0 || held && (res.Memory == nil || res.Memory.Locks == 0 || res.Memory.Held <= 0) {
+		// A peer may hand a hot key over less often than once in so
+		// short a run (concurrency.Mutex waits up to about 100 ms a
+		// handoff): it must not fail, but may hand over nothing.
+		slowPeer := res.Scenario == "hot-key" && res.Kind == bench.KindPeer && res.Ops == 0 && res.Errors == 0
+		if slowPeer {
+			t.Logf("%s %s %s %v: no handoff in this short run", res.Scenario, res.Backend, res.Design, res.Params)
+		} else if res.Ops == 0 || res.PerSec <= 0 || !held && res.Latency.P50 <= 0 || held && (res.Memory == nil || res.Memory.Locks == 0 || res.Memory.Held <= 0) {
 			t.Errorf("%s %s %s %v: no figures (errors %d: %s)", res.Scenario, res.Backend, res.Design, res.Params, res.Errors, res.FirstError)
 		}
 		got[cell{res.Scenario, res.Backend, res.Kind}]++
