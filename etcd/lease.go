@@ -207,7 +207,6 @@ func (d *driver) grant(ctx context.Context, l *lease) error {
 	return nil
 }
 
-// unref drops a reference taken by getLease.
 // ref takes another reference to l, which the caller holds one of.
 func (d *driver) ref(l *lease) {
 	d.mu.Lock()
@@ -215,6 +214,7 @@ func (d *driver) ref(l *lease) {
 	d.mu.Unlock()
 }
 
+// unref drops a reference taken by getLease or ref.
 func (d *driver) unref(l *lease) {
 	d.mu.Lock()
 	l.refs--
