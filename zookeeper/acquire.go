@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	gozk "github.com/go-zookeeper/zk"
+
 	"github.com/distlock/locker/backend"
-	"github.com/distlock/locker/internal/zk"
+	"github.com/distlock/locker/internal/zkclient"
 )
 
 // attempt is one queue entry of an acquisition: our node in the lock's key
@@ -33,7 +35,7 @@ type attempt struct {
 
 	// own is the data watch on our node that handover sets, on the
 	// connection s.connects counted as ownConns.
-	own      <-chan zk.Event
+	own      <-chan gozk.Event
 	ownConns int64
 }
 
@@ -84,7 +86,7 @@ func (d *driver) acquire(ctx context.Context, req backend.Request, wait bool) (b
 		if errors.Is(err, errRequeue) {
 			vanished++
 		}
-		requeue := fresh || errors.Is(err, errRequeue) || errors.Is(err, errSessionExpired) || errors.Is(err, zk.ErrSessionExpired)
+		requeue := fresh || errors.Is(err, errRequeue) || errors.Is(err, errSessionExpired) || errors.Is(err, gozk.ErrSessionExpired)
 		if !requeue || tries == maxAttempts || ctx.Err() != nil {
 			s.unref()
 			return backend.Acquisition{}, d.describe(err, req.Key, vanished, tries)
@@ -120,7 +122,7 @@ func (a *attempt) remove() {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), cleanupTimeout)
 	defer cancel()
 	err := s.delete(ctx, a.ep, path)
-	if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, errSessionExpired) && !errors.Is(err, errSessionClosed) {
+	if err != nil && !errors.Is(err, gozk.ErrNoNode) && !errors.Is(err, errSessionExpired) && !errors.Is(err, errSessionClosed) {
 		s.cleanup(path)
 	}
 }
@@ -141,7 +143,7 @@ func (a *attempt) create() error {
 		case err == nil:
 			a.node = node
 			return nil
-		case errors.Is(err, zk.ErrNoNode):
+		case errors.Is(err, gozk.ErrNoNode):
 			// The key node does not exist, or was collected as an empty
 			// container just now. A key node we make has no child yet:
 			// our node will most likely be its first, which holds the
@@ -151,7 +153,7 @@ func (a *attempt) create() error {
 				return perr
 			}
 			list = !made
-		case errors.Is(err, zk.ErrConnectionClosed):
+		case errors.Is(err, gozk.ErrConnectionClosed):
 			found, ferr := a.find()
 			if ferr != nil {
 				a.s.cleanupGUID(a.parent, a.guid)
@@ -164,7 +166,7 @@ func (a *attempt) create() error {
 				a.node = ourNode{path: found}
 				return nil
 			}
-		case errors.Is(err, zk.ErrNoServer):
+		case errors.Is(err, gozk.ErrNoServer):
 			// Not sent: no server could be reached. Try again after a
 			// pause, as find does, so that the same failed pass over
 			// the servers does not fail the next try too.
@@ -199,7 +201,7 @@ func (a *attempt) sendCreate(list bool) (ourNode, error) {
 	err := s.call(a.ctx, a.ep, func() error {
 		beforeCreate(prefix)
 		node.sent = time.Now()
-		p, err := s.conn.Create(prefix, nodeData, zk.FlagEphemeralSequential, a.d.acl)
+		p, err := s.conn.Create(prefix, nodeData, gozk.FlagEphemeralSequential, a.d.acl)
 		node.path = p
 		return err
 	}, func(err error) { a.undoCreate(node.path, err) })
@@ -211,7 +213,7 @@ func (a *attempt) sendCreate(list bool) (ourNode, error) {
 
 // createOwn is sendCreate on one of the Locker's own connections: the
 // create's reply gives the fence, and the listing goes right behind it if
-// list. A caller that gives up waiting for the reply (zk.ErrStopped) leaves
+// list. A caller that gives up waiting for the reply (zkclient.ErrStopped) leaves
 // the outcome to undoCreate; a cancelled one waits for that undo, within
 // cleanupTimeout, so that it leaves nothing behind when it returns.
 func (a *attempt) createOwn(c ownConn, list bool) (ourNode, error) {
@@ -226,11 +228,11 @@ func (a *attempt) createOwn(c ownConn, list bool) (ourNode, error) {
 	undone := make(chan error, 1)
 	beforeCreate(prefix)
 	node := ourNode{sent: time.Now()}
-	cr, l, err := c.CreateAndList(st, prefix, nodeData, zk.FlagEphemeralSequential, a.d.acl, behind, func(cr zk.Created, err error) {
+	cr, l, err := c.CreateAndList(st, prefix, nodeData, gozk.FlagEphemeralSequential, a.d.acl, behind, func(cr zkclient.Created, err error) {
 		a.undoCreate(cr.Path, err)
 		undone <- nil
 	})
-	if errors.Is(err, zk.ErrStopped) {
+	if errors.Is(err, zkclient.ErrStopped) {
 		err = stopped(a.ctx, a.ep, err)
 		if err == a.ctx.Err() {
 			awaitUndo(undone)
@@ -254,10 +256,10 @@ func (a *attempt) undoCreate(path string, err error) {
 	s := a.s
 	switch {
 	case err == nil:
-		if derr := s.conn.Delete(path, -1); derr != nil && !errors.Is(derr, zk.ErrNoNode) {
+		if derr := s.conn.Delete(path, -1); derr != nil && !errors.Is(derr, gozk.ErrNoNode) {
 			s.cleanup(path)
 		}
-	case errors.Is(err, zk.ErrConnectionClosed):
+	case errors.Is(err, gozk.ErrConnectionClosed):
 		s.cleanupGUID(a.parent, a.guid)
 	}
 }
@@ -276,8 +278,8 @@ func beforeCreate(prefix string) {
 // our session and stays until the session ends, so it is worth finding
 // rather than giving up an acquisition that may well have succeeded.
 //
-// The pause matters: the client library fails every request queued while
-// a pass over the servers fails, and a listing sent again at once can be
+// The pause matters: the connection fails every request queued while a
+// pass over the servers fails, and a listing sent again at once can be
 // failed by the same pass, so that all tries are spent in a moment.
 func (a *attempt) find() (string, error) {
 	s, parent := a.s, a.parent
@@ -285,7 +287,7 @@ func (a *attempt) find() (string, error) {
 	var err error
 	for try := 1; ; try++ {
 		children, err = s.children(a.ctx, a.ep, parent)
-		if !errors.Is(err, zk.ErrNoServer) && !errors.Is(err, zk.ErrConnectionClosed) {
+		if !errors.Is(err, gozk.ErrNoServer) && !errors.Is(err, gozk.ErrConnectionClosed) {
 			break
 		}
 		if h := testHooks.Load(); h != nil && h.findFailed != nil {
@@ -299,7 +301,7 @@ func (a *attempt) find() (string, error) {
 			break
 		}
 	}
-	if errors.Is(err, zk.ErrNoNode) {
+	if errors.Is(err, gozk.ErrNoNode) {
 		return "", nil
 	}
 	if err != nil {
@@ -329,10 +331,10 @@ func (a *attempt) ensureParent() (made bool, err error) {
 	s, acl := a.s, a.d.acl
 	mk := func(p string) (bool, error) {
 		err := s.call(a.ctx, a.ep, func() error {
-			_, err := s.conn.CreateContainer(p, nil, zk.FlagContainer, acl)
+			_, err := s.conn.CreateContainer(p, nil, gozk.FlagContainer, acl)
 			return err
 		}, nil)
-		if errors.Is(err, zk.ErrNodeExists) {
+		if errors.Is(err, gozk.ErrNodeExists) {
 			return false, nil
 		}
 		if err != nil {
@@ -341,7 +343,7 @@ func (a *attempt) ensureParent() (made bool, err error) {
 		return true, nil
 	}
 	made, err = mk(a.parent)
-	if !errors.Is(err, zk.ErrNoNode) {
+	if !errors.Is(err, gozk.ErrNoNode) {
 		return made, err
 	}
 	for _, p := range ancestors(a.parent) {
@@ -430,13 +432,13 @@ func (a *attempt) listQueue() (children []string, start time.Time, pipelined boo
 	}
 	start = time.Now()
 	var c []string
-	var stat *zk.Stat
+	var stat *gozk.Stat
 	if node.known {
 		c, err = a.s.children(a.ctx, a.ep, a.parent)
 	} else {
 		err = a.s.call(a.ctx, a.ep, a.listOwn(&c, &stat), nil)
 	}
-	if errors.Is(err, zk.ErrNoNode) {
+	if errors.Is(err, gozk.ErrNoNode) {
 		return nil, start, false, errRequeue // the key node went, and our node with it
 	}
 	if err != nil {
@@ -451,12 +453,12 @@ func (a *attempt) listQueue() (children []string, start time.Time, pipelined boo
 // listOwn returns the request that lists the queue into children and, in
 // the same round trip, reads our own node into stat: for a node whose
 // create's reply was not seen (the connection dropped, or is not ours).
-func (a *attempt) listOwn(children *[]string, stat **zk.Stat) func() error {
+func (a *attempt) listOwn(children *[]string, stat **gozk.Stat) func() error {
 	s, parent, path := a.s, a.parent, a.node.path
 	return func() error {
 		type result struct {
 			ok  bool
-			st  *zk.Stat
+			st  *gozk.Stat
 			err error
 		}
 		rc := make(chan result, 1)
@@ -500,7 +502,7 @@ func (a *attempt) watchPred(pred string) error {
 	// A data watch, not an exists watch: on a node that is already gone
 	// it fails without leaving a watch behind.
 	watch, err := a.s.watchData(a.ctx, a.ep, pred)
-	if errors.Is(err, zk.ErrNoNode) {
+	if errors.Is(err, gozk.ErrNoNode) {
 		return errAgain // gone already: look again
 	}
 	if err = a.settle(err); err != nil {
@@ -570,7 +572,7 @@ func (a *attempt) handover(c ownConn, pred string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	if ev.Type != zk.EventNodeDeleted || !bytes.Equal(p.Data, nodeData) || fired(a.own) ||
+	if ev.Type != gozk.EventNodeDeleted || !bytes.Equal(p.Data, nodeData) || fired(a.own) ||
 		a.s.connects.Load() != conns || time.Since(sent) >= a.s.timeout/3 {
 		return time.Time{}, errAgain
 	}
@@ -581,7 +583,7 @@ func (a *attempt) handover(c ownConn, pred string) (time.Time, error) {
 }
 
 // fired reports whether the watch ch has fired.
-func fired(ch <-chan zk.Event) bool {
+func fired(ch <-chan gozk.Event) bool {
 	select {
 	case <-ch:
 		return true
@@ -612,11 +614,11 @@ var errAgain = errors.New("read again")
 // read that failed only because the connection dropped, or no server
 // could be reached for the moment, is made again (errAgain) after a short
 // pause: the session may well be alive, and our node with it. Meanwhile
-// the client library reconnects, or the epoch ends because the connection
+// the connection reconnects, or the epoch ends because the connection
 // stayed down for a whole session timeout, or ctx ends; the pause then
 // returns that error. Any other err is returned as it is.
 func (a *attempt) settle(err error) error {
-	if !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, zk.ErrNoServer) {
+	if !errors.Is(err, gozk.ErrConnectionClosed) && !errors.Is(err, gozk.ErrNoServer) {
 		return err
 	}
 	t := time.NewTimer(50 * time.Millisecond)
@@ -631,7 +633,7 @@ func (a *attempt) settle(err error) error {
 // vanished of which lost their queue node, say what it means for a lock.
 func (d *driver) describe(err error, key string, vanished, tries int) error {
 	switch {
-	case errors.Is(err, zk.ErrNoAuth):
+	case errors.Is(err, gozk.ErrNoAuth):
 		return fmt.Errorf("zookeeper: not permitted (ACL) to queue for %q under %s: the nodes were created with credentials this Locker does not have (zookeeper://user:password@...): %w", key, d.base, err)
 	case errors.Is(err, errRequeue):
 		others := ""

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	gozk "github.com/go-zookeeper/zk"
+
 	"github.com/distlock/locker/backend"
 	"github.com/distlock/locker/internal/workpool"
-	"github.com/distlock/locker/internal/zk"
 )
 
 // A batched refresh checks many locks of one session in one request: a
@@ -159,13 +160,13 @@ func (g *checkGroup) check(ctx context.Context, items []checkItem, errs []error)
 		case err == nil:
 			g.succeeded(items, errs)
 			return
-		case k >= 0 && errors.Is(err, zk.ErrNoNode):
+		case k >= 0 && errors.Is(err, gozk.ErrNoNode):
 			it := items[k]
 			it.h.finish()
 			errs[it.i] = fmt.Errorf("%w: the lock node is gone", backend.ErrNotHeld)
 			it.h.end()
 			items = append(items[:k:k], items[k+1:]...)
-		case k >= 0 && errors.Is(err, zk.ErrNoAuth):
+		case k >= 0 && errors.Is(err, gozk.ErrNoAuth):
 			// The nodes' ACL does not let this session read them, which a
 			// check needs and an exists does not: go one by one.
 			for _, it := range items {
@@ -207,7 +208,7 @@ func (g *checkGroup) succeeded(items []checkItem, errs []error) {
 // multiFailure carries the per-operation results of a multi that failed,
 // out of session.call.
 type multiFailure struct {
-	res []zk.MultiResponse
+	res []gozk.MultiResponse
 	err error
 }
 
@@ -221,7 +222,7 @@ func (m *multiFailure) Unwrap() error { return m.err }
 func (g *checkGroup) multi(ctx context.Context, items []checkItem) (k int, err error) {
 	ops := make([]any, len(items))
 	for j, it := range items {
-		ops[j] = &zk.CheckVersionRequest{Path: it.h.path, Version: -1}
+		ops[j] = &gozk.CheckVersionRequest{Path: it.h.path, Version: -1}
 	}
 	s := g.s
 	if h := testHooks.Load(); h != nil && h.checking != nil {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distlock/locker/internal/zk"
+	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/distlock/locker/backend"
 	"github.com/distlock/locker/internal/testenv"
@@ -26,7 +26,7 @@ import (
 // batchDriver opens a driver on the servers of the URL in the variable
 // env, with its own base path, and a plain connection to look at the
 // nodes.
-func batchDriver(t *testing.T, env string) (*driver, *zk.Conn) {
+func batchDriver(t *testing.T, env string) (*driver, *gozk.Conn) {
 	t.Helper()
 	raw := testenv.Get(t, env)
 	servers := testenv.Hosts(t, raw)
@@ -35,9 +35,9 @@ func batchDriver(t *testing.T, env string) (*driver, *zk.Conn) {
 	var b [6]byte
 	rand.Read(b[:])
 	d.base = "/batch-" + hex.EncodeToString(b[:])
-	d.acl = zk.WorldACL(zk.PermAll)
+	d.acl = gozk.WorldACL(gozk.PermAll)
 	t.Cleanup(func() { d.Close() })
-	c, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietLog{}))
+	c, _, err := gozk.Connect(servers, 10*time.Second, gozk.WithLogInfo(false), gozk.WithLogger(quietLog{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func multis(t *testing.T) func() map[time.Duration][]int {
 
 // owner returns the session that owns the node at path, as the leader
 // has it (c may talk to a follower that lags behind).
-func owner(t *testing.T, c *zk.Conn, path string) int64 {
+func owner(t *testing.T, c *gozk.Conn, path string) int64 {
 	t.Helper()
 	if _, err := c.Sync(path); err != nil {
 		t.Fatal(err)

@@ -6,27 +6,37 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distlock/locker/internal/zk"
+	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/internal/benchkit"
 	"github.com/distlock/locker/internal/testenv"
+	"github.com/distlock/locker/internal/zkclient"
 )
 
 // BenchmarkUncontended compares one holder acquiring and releasing a free
 // key through a Locker with the raw recipe on the same server: create an
 // ephemeral sequential node, list the children to see that it is the
-// lowest, delete it, each after the previous reply. The Locker sends the
-// same three requests, but the listing right behind the create, so it
-// waits for two round trips; its create carries a guid in the node's
-// name, it reads the czxid (the fence) off the create's reply, and the
-// key's node is a container. The designs take turns
-// (benchkit.Interleave): read "locker/raw" and "autorefresh/raw".
+// lowest, delete it, each after the previous reply; once over
+// go-zookeeper's connection ("raw") and once over this project's
+// (internal/zkclient, "rawown"), which tells the client's share from the
+// recipe's. The Locker sends the same three requests, but the listing
+// right behind the create, so it waits for two round trips; its create
+// carries a guid in the node's name, it reads the czxid (the fence) off
+// the create's reply, and the key's node is a container. The designs take
+// turns (benchkit.Interleave): read "locker/raw", "locker/rawown" and
+// "autorefresh/raw".
 func BenchmarkUncontended(b *testing.B) {
 	raw := testenv.Get(b, testenv.ZooKeeperURL)
-	c := dial(b, testenv.Hosts(b, raw), 30*time.Second)
+	hosts := testenv.Hosts(b, raw)
+	c := dial(b, hosts, 30*time.Second)
+	own, err := zkclient.Connect(context.Background(), zkclient.Config{Servers: hosts, SessionTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer own.Close()
 	parent := "/" + uniq("bench-raw")
-	if _, err := c.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+	if _, err := c.Create(parent, nil, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
 		b.Fatal(err)
 	}
 	defer c.Delete(parent, -1)
@@ -36,23 +46,35 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	defer l.Close()
 	benchkit.Interleave(b,
-		benchkit.Design{Name: "raw", Op: func(context.Context) error {
-			p, err := c.Create(parent+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
-			if err != nil {
-				return err
-			}
-			children, _, err := c.Children(parent)
-			if err != nil {
-				return err
-			}
-			if len(children) != 1 || parent+"/"+children[0] != p {
-				return fmt.Errorf("raw: queue %v, want only %s", children, p)
-			}
-			return c.Delete(p, -1)
-		}},
+		benchkit.Design{Name: "raw", Op: func(context.Context) error { return rawRecipe(c, parent) }},
+		benchkit.Design{Name: "rawown", Op: func(context.Context) error { return rawRecipe(own, parent) }},
 		benchkit.Design{Name: "locker", Op: benchkit.AcquireReleaseOp(l, "k", locker.WithAutoRefresh(false))},
 		benchkit.Design{Name: "autorefresh", Op: benchkit.AcquireReleaseOp(l, "k-autorefresh")},
 	)
+}
+
+// rawConn is what rawRecipe needs of a client.
+type rawConn interface {
+	Create(path string, data []byte, flags int32, acl []gozk.ACL) (string, error)
+	Children(path string) ([]string, *gozk.Stat, error)
+	Delete(path string, version int32) error
+}
+
+// rawRecipe takes and releases the lock of parent the bare way: create,
+// list, delete, each after the previous reply.
+func rawRecipe(c rawConn, parent string) error {
+	p, err := c.Create(parent+"/lock-", nil, gozk.FlagEphemeralSequential, gozk.WorldACL(gozk.PermAll))
+	if err != nil {
+		return err
+	}
+	children, _, err := c.Children(parent)
+	if err != nil {
+		return err
+	}
+	if len(children) != 1 || parent+"/"+children[0] != p {
+		return fmt.Errorf("raw: queue %v, want only %s", children, p)
+	}
+	return c.Delete(p, -1)
 }
 
 // BenchmarkHandoff measures release-to-next-acquire latency and fairness

@@ -104,9 +104,10 @@
 // on every connect and reconnect: an ensemble member whose range differs
 // from that of the server Open asked may grant less or more than the TTL
 // when a session moves to it, and the server then counts the session's
-// life with what it granted (and the client library asks for that timeout
-// on later reconnects). The Locker reads the timeout granted on each of
-// its connections. A new session granted another timeout than the TTL
+// life with what it granted (the Locker's connections ask for the TTL
+// again on every reconnect, but a member grants only what its range
+// allows). The Locker reads the timeout granted on each of its
+// connections. A new session granted another timeout than the TTL
 // fails the acquisition with ErrInvalidTTL naming the server's range,
 // rather than holding a lock for a time nobody asked for. A session
 // granted a shorter timeout on a reconnect loses its locks (see Losing a
@@ -167,9 +168,10 @@
 // A held lock costs the server one ephemeral node (and its key node, a
 // container), and the client about 1 KB of heap: no goroutine or timer of
 // its own. A lock that waited behind a single holder keeps the watch on
-// its own node (see How a lock works) until it is released. A session, one per distinct TTL, costs a connection,
-// the client library's few goroutines and its heartbeats (a ping every
-// third of the timeout or so, whatever the number of locks).
+// its own node (see How a lock works) until it is released. A session,
+// one per distinct TTL, costs a connection, the one goroutine that reads
+// it, and its heartbeats (a ping whenever nothing was sent for a third of
+// the timeout, whatever the number of locks).
 //
 // The watchdog refreshes each lock about every third of its TTL, and
 // gathers the locks due within a thirtieth of the TTL into one batch. The
@@ -209,8 +211,9 @@
 // strictly increasing across holders, also when the key's node is deleted
 // and created again (sequence numbers restart then; zxids do not). The
 // czxid is the zxid of the create's reply, which the Locker's own
-// connections report (internal/zk's CreateAndList; go-zookeeper's Create
-// does not return it), so it costs no round trip. Where that reply is not
+// connections report (internal/zkclient's creates are create2 requests,
+// whose reply carries the node's Stat; go-zookeeper's Create does not
+// return it), so it costs no round trip. Where that reply is not
 // at hand (a connection given to New, a create found again after a lost
 // reply) the node is read back alongside the listing.
 //
@@ -272,15 +275,41 @@
 // the listing behind the create measured 5% to 11% ahead of zk.Lock, and
 // the other way 1% behind, so it goes behind the create on every key.
 //
+// # The client
+//
+// The sessions a Locker opens by URL run over internal/zkclient, a
+// ZooKeeper client written in this project for what a lock needs (its
+// package doc says what and why): the timeout granted on every connect,
+// read before anything is sent on the connection; the czxid from the
+// create's reply; a listing sent behind the create and several watches in
+// one round trip; requests a caller stops waiting for without a goroutine
+// each; and watches that outlive a reconnect without a data race. It
+// speaks go-zookeeper's data types and errors, so that errors compare the
+// same with either connection.
+//
 // # Your own connection
 //
-// New takes a *zk.Conn you opened. All locks of that Locker live in its
-// session, so their TTL is its timeout, which you must pass as
-// Options.SessionTimeout (the client library does not expose it; New checks
-// it against the server's range). The Locker does not close the
-// connection. It notices a session expiry through its refreshes rather
-// than at once (Capabilities().LossSignal is false), and it cannot see the
-// timeouts granted on the connection's reconnects, which it does not read:
-// a member that grants a shorter one can expire the session before Lost
-// closes, so give every member the same session range.
+// New takes a *zk.Conn you opened with go-zookeeper. All locks of that
+// Locker live in its session, so their TTL is its timeout, which you must
+// pass as Options.SessionTimeout (go-zookeeper does not expose it; New
+// checks it against the server's range). The Locker does not close the
+// connection. Mutual exclusion, expiry with the session, safe release and
+// czxid fences hold as with a Locker opened by URL; what go-zookeeper's
+// API does not give costs this much:
+//
+//   - A session expiry is noticed by the next refresh rather than at once
+//     (Capabilities().LossSignal is false), and the timeouts granted on the
+//     connection's reconnects are not seen: a member that grants a shorter
+//     one can expire the session before Lost closes, so give every member
+//     the same session range.
+//   - The fence is read back with the listing (the create's reply does not
+//     carry it), the listing waits for the create's reply, and a waiter
+//     woken lists the queue again rather than taking the lock from the
+//     watch event: a round trip more each.
+//   - A request that a context can cancel waits for its reply on a
+//     goroutine of its own.
+//   - go-zookeeper v1.0.4 races on its last zxid when a reconnect meets a
+//     watch and a request in flight (see internal/zkclient); a waiting
+//     Acquire sets a watch, so the race detector can report that race in
+//     your program's own connection.
 package zookeeper

@@ -3,7 +3,6 @@ package zookeeper
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/zkclient"
 )
 
 func init() {
@@ -82,7 +82,9 @@ func checkServer(ctx context.Context, addr string) *serverCheck {
 	c.rng.server = addr
 	c.rng.min, c.rtt, c.err = pingSession(ctx, addr)
 	if c.err == nil {
-		c.rng.max, c.err = negotiate(ctx, addr, math.MaxInt32)
+		var p zkclient.Probed
+		p, c.err = zkclient.Probe(ctx, addr, math.MaxInt64, 0)
+		c.rng.max = p.Granted
 	}
 	if c.err != nil {
 		return c
@@ -104,81 +106,14 @@ func checkServer(ctx context.Context, addr string) *serverCheck {
 
 // pingSession opens a session asking for the shortest timeout (so that
 // the server grants its minSessionTimeout), measures the round trip of
-// pingSamples pings over it, and closes it. It speaks the protocol as
-// negotiate does.
+// pingSamples pings over it, and closes it.
 func pingSession(ctx context.Context, server string) (granted, rtt time.Duration, err error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", server)
+	p, err := zkclient.Probe(ctx, server, 0, pingSamples)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	// ConnectRequest, as in negotiate, for a timeout of 1 ms.
-	req := binary.BigEndian.AppendUint32(nil, 44)
-	req = binary.BigEndian.AppendUint32(req, 0)
-	req = binary.BigEndian.AppendUint64(req, 0)
-	req = binary.BigEndian.AppendUint32(req, 1)
-	req = binary.BigEndian.AppendUint64(req, 0)
-	req = binary.BigEndian.AppendUint32(req, 16)
-	req = append(req, make([]byte, 16)...)
-	if _, err := c.Write(req); err != nil {
-		return 0, 0, err
-	}
-	var hdr [20]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
-		return 0, 0, fmt.Errorf("no answer to a session request: %w", err)
-	}
-	ms := int32(binary.BigEndian.Uint32(hdr[8:12]))
-	if binary.BigEndian.Uint64(hdr[12:20]) == 0 || ms <= 0 {
-		return 0, 0, fmt.Errorf("%s refused a session (is it a ZooKeeper server that serves clients?)", server)
-	}
-	if _, err := io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(hdr[0:4]))-16); err != nil {
-		return 0, 0, err
-	}
-	rtts := make([]time.Duration, pingSamples)
-	for i := range rtts {
-		if rtts[i], err = ping(c); err != nil {
-			return 0, 0, fmt.Errorf("ping: %w", err)
-		}
-	}
-	slices.Sort(rtts)
-	// closeSession (-11), so that the session does not linger; the reply
-	// is not needed.
-	closeReq := binary.BigEndian.AppendUint32(nil, 8)
-	closeReq = binary.BigEndian.AppendUint32(closeReq, 1)
-	closeReq = binary.BigEndian.AppendUint32(closeReq, uint32(0xfffffff5))
-	if _, err := c.Write(closeReq); err == nil {
-		var reply [20]byte
-		io.ReadFull(c, reply[:])
-	}
-	return time.Duration(ms) * time.Millisecond, rtts[len(rtts)/2], nil
-}
-
-// ping sends one ping (xid -2, type 11) and waits for its reply: length,
-// xid, zxid and error code. Nothing else arrives on a session that set no
-// watch.
-func ping(c net.Conn) (time.Duration, error) {
-	req := binary.BigEndian.AppendUint32(nil, 8)
-	req = binary.BigEndian.AppendUint32(req, uint32(0xfffffffe))
-	req = binary.BigEndian.AppendUint32(req, 11)
-	start := time.Now()
-	if _, err := c.Write(req); err != nil {
-		return 0, err
-	}
-	var reply [20]byte
-	if _, err := io.ReadFull(c, reply[:]); err != nil {
-		return 0, err
-	}
-	rtt := time.Since(start)
-	if xid := int32(binary.BigEndian.Uint32(reply[4:8])); xid != -2 {
-		return 0, fmt.Errorf("unexpected reply (xid %d) to a ping", xid)
-	}
-	return rtt, nil
+	slices.Sort(p.RTTs)
+	return p.Granted, p.RTTs[len(p.RTTs)/2], nil
 }
 
 // errNotAllowed is a four-letter word the server does not allow.

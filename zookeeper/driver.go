@@ -9,8 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	gozk "github.com/go-zookeeper/zk"
+
 	"github.com/distlock/locker/backend"
-	"github.com/distlock/locker/internal/zk"
 )
 
 const (
@@ -57,7 +58,7 @@ var testHooks atomic.Pointer[hooks]
 type driver struct {
 	servers []string // nil with New: the one session is the user's
 	base    string
-	acl     []zk.ACL
+	acl     []gozk.ACL
 	auth    []byte // "user:password" for digest authentication, or nil
 	log     *slog.Logger
 	caps    backend.Capabilities
@@ -223,7 +224,7 @@ func (d *driver) Close() error {
 func ambiguous(err error) bool {
 	var ee *epochError
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrClosing) || errors.As(err, &ee)
+		errors.Is(err, gozk.ErrConnectionClosed) || errors.Is(err, gozk.ErrClosing) || errors.As(err, &ee)
 }
 
 // held is a lock we hold: our node, in a session whose timeout is the
@@ -343,7 +344,7 @@ func notHeld(err error, ep *epoch) bool { return err != nil && ep.ended() }
 // check reads our node and says whether it is still ours.
 func (h *held) check(ctx context.Context, s *session, ep *epoch, owner int64) error {
 	var ok bool
-	var st *zk.Stat
+	var st *gozk.Stat
 	err := s.call(ctx, ep, func() error {
 		var err error
 		ok, st, err = s.conn.Exists(h.path)
@@ -438,9 +439,9 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 		res, err := s2.conn.Multi(
 			// Announced first (see nodeData): the waiter behind sees a
 			// change of data, not a deletion.
-			&zk.SetDataRequest{Path: h.path, Data: nodeData, Version: -1},
-			&zk.DeleteRequest{Path: h.path, Version: -1},
-			&zk.CreateRequest{Path: h.path, Data: nodeData, Acl: h.d.acl, Flags: zk.FlagEphemeral},
+			&gozk.SetDataRequest{Path: h.path, Data: nodeData, Version: -1},
+			&gozk.DeleteRequest{Path: h.path, Version: -1},
+			&gozk.CreateRequest{Path: h.path, Data: nodeData, Acl: h.d.acl, Flags: gozk.FlagEphemeral},
 		)
 		for _, r := range res {
 			if err == nil && r.Error != nil {
@@ -451,7 +452,7 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 	}, nil)
 	switch {
 	case err == nil:
-	case errors.Is(err, zk.ErrNoNode):
+	case errors.Is(err, gozk.ErrNoNode):
 		h.finish()
 		s2.unref()
 		return fmt.Errorf("%w: the lock node is gone", backend.ErrNotHeld)
@@ -533,7 +534,7 @@ func (h *held) Release(ctx context.Context) error {
 	case err == nil:
 		h.finish()
 		return nil
-	case errors.Is(err, zk.ErrNoNode):
+	case errors.Is(err, gozk.ErrNoNode):
 		h.finish()
 		return fmt.Errorf("%w: the lock node is gone", backend.ErrNotHeld)
 	case notHeld(err, ep):

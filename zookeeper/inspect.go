@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	gozk "github.com/go-zookeeper/zk"
+
 	"github.com/distlock/locker/backend"
-	"github.com/distlock/locker/internal/zk"
 )
 
 var _ backend.Inspector = (*driver)(nil)
@@ -75,7 +76,7 @@ func (d *driver) ForceRelease(ctx context.Context, key string) (bool, error) {
 	ep := s.epoch()
 	parent := d.base + "/" + encodeKey(key)
 	children, err := s.children(ctx, ep, parent)
-	if errors.Is(err, zk.ErrNoNode) {
+	if errors.Is(err, gozk.ErrNoNode) {
 		return false, nil
 	}
 	if err != nil {
@@ -87,7 +88,7 @@ func (d *driver) ForceRelease(ctx context.Context, key string) (bool, error) {
 	}
 	err = s.delete(ctx, ep, parent+"/"+first)
 	switch {
-	case errors.Is(err, zk.ErrNoNode):
+	case errors.Is(err, gozk.ErrNoNode):
 		return false, nil // the holder let go first
 	case err != nil:
 		return false, fmt.Errorf("zookeeper: delete %s/%s: %w", parent, first, err)
@@ -118,8 +119,8 @@ func queueOrder(children []string) (first string, behind int) {
 // queueState is a key node's queue as Inspect read it.
 type queueState struct {
 	parent  string
-	holder  string   // the holder's node path, "" when no one holds the key
-	stat    *zk.Stat // the holder node's
+	holder  string     // the holder's node path, "" when no one holds the key
+	stat    *gozk.Stat // the holder node's
 	waiters int
 }
 
@@ -131,7 +132,7 @@ func (s *session) readQueue(ctx context.Context, parent string) (queueState, err
 	for range maxAttempts {
 		ep := s.epoch()
 		children, err := s.children(ctx, ep, parent)
-		if errors.Is(err, zk.ErrNoNode) {
+		if errors.Is(err, gozk.ErrNoNode) {
 			return q, nil
 		}
 		if err != nil {
@@ -143,7 +144,7 @@ func (s *session) readQueue(ctx context.Context, parent string) (queueState, err
 		}
 		path := parent + "/" + first
 		var ok bool
-		var st *zk.Stat
+		var st *gozk.Stat
 		err = s.call(ctx, ep, func() error {
 			var err error
 			ok, st, err = s.conn.Exists(path)

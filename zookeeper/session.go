@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,44 +11,44 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/distlock/locker/backend"
-	"github.com/distlock/locker/internal/zk"
+	"github.com/distlock/locker/internal/zkclient"
 )
 
 // conn is what a session uses of its connection: go-zookeeper's *Conn
-// (New, a connection the application opened) or internal/zk's (the
-// sessions the Locker opens, over a copy of the client with its defects
-// fixed). Both speak the same data types.
+// (New, a connection the application opened) or internal/zkclient's (the
+// sessions the Locker opens, over the client this project wrote). Both
+// speak go-zookeeper's data types and errors.
 type conn interface {
-	Children(path string) ([]string, *zk.Stat, error)
+	Children(path string) ([]string, *gozk.Stat, error)
 	Close()
-	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
-	CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Create(path string, data []byte, flags int32, acl []gozk.ACL) (string, error)
+	CreateContainer(path string, data []byte, flags int32, acl []gozk.ACL) (string, error)
 	Delete(path string, version int32) error
-	Exists(path string) (bool, *zk.Stat, error)
-	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
-	Multi(ops ...any) ([]zk.MultiResponse, error)
+	Exists(path string) (bool, *gozk.Stat, error)
+	GetW(path string) ([]byte, *gozk.Stat, <-chan gozk.Event, error)
+	Multi(ops ...any) ([]gozk.MultiResponse, error)
 	Server() string
 	SessionID() int64
 	Sync(path string) (string, error)
 }
 
-// An ownConn is one of the Locker's own connections (internal/zk), not an
+// An ownConn is one of the Locker's own connections (internal/zkclient), not an
 // application's go-zookeeper connection. It sends a create and a listing
 // together and reports the create's czxid and session; and the requests
 // on a lock's path stop waiting for their reply when the caller's context
-// or epoch ends (zk.Stop), without the goroutine per request that call
+// or epoch ends (zkclient.Stop), without the goroutine per request that call
 // needs for that. The session's methods below use it where they can.
 type ownConn interface {
-	CreateAndList(st zk.Stop, path string, data []byte, flags int32, acl []zk.ACL, list string, late func(zk.Created, error)) (zk.Created, zk.Listed, error)
-	ChildrenStop(st zk.Stop, path string) ([]string, *zk.Stat, error)
-	GetWAll(st zk.Stop, paths ...string) ([]zk.Watched, error)
-	DeleteStop(st zk.Stop, path string, version int32) error
+	CreateAndList(st zkclient.Stop, path string, data []byte, flags int32, acl []gozk.ACL, list string, late func(zkclient.Created, error)) (zkclient.Created, zkclient.Listed, error)
+	ChildrenStop(st zkclient.Stop, path string) ([]string, *gozk.Stat, error)
+	GetWAll(st zkclient.Stop, paths ...string) ([]zkclient.Watched, error)
+	DeleteStop(st zkclient.Stop, path string, version int32) error
 }
 
 var (
 	_ conn    = (*gozk.Conn)(nil)
-	_ conn    = (*zk.Conn)(nil)
-	_ ownConn = (*zk.Conn)(nil)
+	_ conn    = (*zkclient.Conn)(nil)
+	_ ownConn = (*zkclient.Conn)(nil)
 )
 
 // A session is one ZooKeeper session, on a connection of its own, whose
@@ -58,8 +56,8 @@ var (
 // distinct TTL, opened when a lock first asks for that TTL and closed once
 // it has held nothing for sessionIdle.
 //
-// The client library reconnects by itself and, once the server reports the
-// session expired, starts a new session on the same connection. An epoch
+// The connection (internal/zkclient) reconnects by itself and, once the
+// server reports the session expired, starts a new session. An epoch
 // is a span during which one server-side session keeps the timeout the
 // locks assume: it ends when the server reports the session expired, when
 // the connection has been down for a whole session timeout (after which
@@ -69,8 +67,9 @@ var (
 //
 // Each (re)connect renegotiates the timeout, and the server counts the
 // session's life from then on with what it granted on that connection; a
-// member with another session range can grant more or less than the TTL,
-// and the client library asks for that timeout on later reconnects. A
+// member with another session range can grant more or less than the TTL
+// (the connection asks for the session's own timeout every time, but a
+// member grants only what its range allows). A
 // session granted another timeout than its own is therefore retired: it
 // takes no new locks (acquisitions open a session of their own), and it
 // is closed once it holds nothing.
@@ -85,16 +84,12 @@ type session struct {
 	setupErr  error         // set before ready is closed
 	connected chan struct{} // closed when the server first granted the session
 
-	// Written by the connection on each connect (zk.WithSessionGranted),
-	// read by event.
-	granted   atomic.Int64 // timeout the server granted on the latest connection, ms
-	grantedID atomic.Int64 // session id it granted
+	granted atomic.Int64 // the timeout the server granted on the latest connection
 	// connects counts the connections the server accepted. Watch events
 	// on one connection come in the order of the changes that fired them;
 	// a reconnect re-registers the watches, and those that fired in the
 	// meantime then come in no particular order.
 	connects atomic.Int64
-	dialErr  atomic.Pointer[error]
 
 	mu        sync.Mutex
 	refs      int         // held locks and acquisitions in progress
@@ -134,6 +129,7 @@ func (e *epochError) Unwrap() error { return e.err }
 var (
 	errSessionExpired = &epochError{msg: "zookeeper: the session expired"}
 	errSessionClosed  = &epochError{msg: "zookeeper: the session was closed"}
+	errAuthFailed     = &epochError{msg: "zookeeper: the server refused the session's credentials", err: gozk.ErrAuthFailed}
 )
 
 // errDisconnected is an epoch's cause when the connection stayed down for a
@@ -198,26 +194,30 @@ func (s *session) isRetired() bool {
 	return s.retired != nil
 }
 
-// event receives the connection's state changes (zk.WithEventCallback). It
-// runs on the client library's goroutines and must not block.
-func (s *session) event(ev zk.Event) {
-	if ev.Type != zk.EventSession {
-		return
-	}
+// change receives the connection's state changes (zkclient.Config's
+// OnChange). It runs on the connection's goroutine and must not block; a
+// new connection's runs before anything is sent on it.
+func (s *session) change(ch zkclient.Change) {
 	var ended []*held
 	var cause error
 	s.mu.Lock()
-	switch ev.State {
-	case zk.StateHasSession:
-		ended, cause = s.grantedLocked(ev.Server)
-	case zk.StateDisconnected:
+	switch ch.State {
+	case zkclient.StateConnected:
+		s.connects.Add(1)
+		ended, cause = s.grantedLocked(ch)
+	case zkclient.StateDisconnected:
 		if s.id != 0 && s.lostTimer == nil && !s.closed {
 			cur := s.cur
 			s.lostTimer = time.AfterFunc(s.timeout, func() { s.presumeExpired(cur) })
 		}
-	case zk.StateExpired:
+	case zkclient.StateExpired:
 		cause = errSessionExpired
 		ended = s.endEpochLocked(cause)
+	case zkclient.StateAuthFailed:
+		cause = errAuthFailed
+		ended = s.endEpochLocked(cause)
+		s.retired = cause
+		s.armIdleLocked()
 	}
 	s.mu.Unlock()
 	for _, h := range ended {
@@ -226,17 +226,18 @@ func (s *session) event(ev zk.Event) {
 }
 
 // grantedLocked takes in a session the server granted on a new connection,
-// before the client library sends any request on it, and returns the locks
+// before the connection sends any request on it, and returns the locks
 // whose epoch that ends, and why. s.mu is held.
 //
 // The timeout of the first connection is openSession's to check. On a
 // reconnect, a shorter timeout than the session's ends the epoch: the
 // server now expires the session, and the locks with it, sooner than they
 // were promised. Any other timeout retires the session.
-func (s *session) grantedLocked(server string) ([]*held, error) {
+func (s *session) grantedLocked(ch zkclient.Change) ([]*held, error) {
 	var ended []*held
 	var cause error
-	id := s.grantedID.Load()
+	id, granted := ch.Session, ch.Timeout
+	s.granted.Store(int64(granted))
 	renewed := s.id != 0 && id != s.id
 	if renewed {
 		// A new session without an expiry notice first: the old one is
@@ -250,9 +251,8 @@ func (s *session) grantedLocked(server string) ([]*held, error) {
 	}
 	select {
 	case <-s.connected:
-		granted := time.Duration(s.granted.Load()) * time.Millisecond
 		if granted != s.timeout {
-			err := errGranted(server, granted, s.timeout)
+			err := errGranted(ch.Server, granted, s.timeout)
 			if granted < s.timeout && !renewed {
 				cause = err
 				ended = s.endEpochLocked(cause)
@@ -388,22 +388,22 @@ func (s *session) call(ctx context.Context, ep *epoch, fn func() error, abandone
 
 // stop returns what stops an ownConn request made for ctx in epoch ep,
 // or the error that says it is not to be sent at all, as call does.
-func stop(ctx context.Context, ep *epoch) (zk.Stop, error) {
+func stop(ctx context.Context, ep *epoch) (zkclient.Stop, error) {
 	if err := ctx.Err(); err != nil {
-		return zk.Stop{}, err
+		return zkclient.Stop{}, err
 	}
 	select {
 	case <-ep.gone:
-		return zk.Stop{}, ep.err()
+		return zkclient.Stop{}, ep.err()
 	default:
 	}
-	return zk.Stop{Done: ctx.Done(), Gone: ep.gone}, nil
+	return zkclient.Stop{Done: ctx.Done(), Gone: ep.gone}, nil
 }
 
-// stopped turns an ownConn request's zk.ErrStopped into why it stopped:
+// stopped turns an ownConn request's zkclient.ErrStopped into why it stopped:
 // ctx's error, or the end of ep. Any other err is returned as it is.
 func stopped(ctx context.Context, ep *epoch, err error) error {
-	if !errors.Is(err, zk.ErrStopped) {
+	if !errors.Is(err, zkclient.ErrStopped) {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -435,7 +435,7 @@ func (s *session) children(ctx context.Context, ep *epoch, path string) ([]strin
 }
 
 // watchData sets a data watch on path, for ctx in epoch ep.
-func (s *session) watchData(ctx context.Context, ep *epoch, path string) (<-chan zk.Event, error) {
+func (s *session) watchData(ctx context.Context, ep *epoch, path string) (<-chan gozk.Event, error) {
 	if c, ok := s.conn.(ownConn); ok {
 		st, err := stop(ctx, ep)
 		if err != nil {
@@ -447,7 +447,7 @@ func (s *session) watchData(ctx context.Context, ep *epoch, path string) (<-chan
 		}
 		return ws[0].Event, ws[0].Err
 	}
-	var watch <-chan zk.Event
+	var watch <-chan gozk.Event
 	err := s.call(ctx, ep, func() error {
 		_, _, ch, err := s.conn.GetW(path)
 		watch = ch
@@ -524,7 +524,7 @@ func (s *session) armIdleLocked() {
 func (s *session) cleanup(path string) {
 	s.retry(func() (bool, error) {
 		err := s.conn.Delete(path, -1)
-		return err == nil || errors.Is(err, zk.ErrNoNode), err
+		return err == nil || errors.Is(err, gozk.ErrNoNode), err
 	}, "delete "+path)
 }
 
@@ -533,7 +533,7 @@ func (s *session) cleanup(path string) {
 func (s *session) cleanupGUID(parent, guid string) {
 	s.retry(func() (bool, error) {
 		children, _, err := s.conn.Children(parent)
-		if errors.Is(err, zk.ErrNoNode) {
+		if errors.Is(err, gozk.ErrNoNode) {
 			return true, nil
 		}
 		if err != nil {
@@ -541,7 +541,7 @@ func (s *session) cleanupGUID(parent, guid string) {
 		}
 		for _, c := range children {
 			if n, ok := parseLockNode(c); ok && n.guid == guid {
-				if err := s.conn.Delete(parent+"/"+c, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				if err := s.conn.Delete(parent+"/"+c, -1); err != nil && !errors.Is(err, gozk.ErrNoNode) {
 					return false, err
 				}
 			}
@@ -614,7 +614,7 @@ func (s *session) cleaner() {
 		case done, s.closing():
 			backoff = first
 			continue
-		case errors.Is(err, zk.ErrNoAuth):
+		case errors.Is(err, gozk.ErrNoAuth):
 			d.log.Warn("locker/zookeeper: cleanup not permitted; the node stays until its session ends", "op", c.what, "err", err)
 			continue
 		}
@@ -671,13 +671,6 @@ func (s *session) close() {
 	}
 }
 
-// zkLogger passes the client library's messages to the Locker's logger.
-type zkLogger struct{ log *slog.Logger }
-
-func (l zkLogger) Printf(format string, args ...any) {
-	l.log.Debug("locker/zookeeper: client: " + fmt.Sprintf(format, args...))
-}
-
 // openSession connects a new session with the given timeout and waits until
 // the server granted it. A server that grants another timeout than asked
 // (outside its range) fails the setup with ErrInvalidTTL: holding a lock
@@ -685,44 +678,33 @@ func (l zkLogger) Printf(format string, args ...any) {
 func (d *driver) openSession(s *session) error {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	conn, _, err := zk.Connect(d.servers, s.key,
-		zk.WithSessionGranted(func(timeout time.Duration, id int64) {
-			s.granted.Store(timeout.Milliseconds())
-			s.grantedID.Store(id)
-			s.connects.Add(1)
-		}),
-		zk.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
-			c, err := net.DialTimeout(network, addr, timeout)
-			if err != nil {
-				s.dialErr.Store(&err)
-			}
-			return c, err
-		}),
-		zk.WithLogger(zkLogger{d.log}),
-		zk.WithLogInfo(false),
-		zk.WithEventCallback(s.event),
-	)
+	go func() {
+		select {
+		case <-d.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := zkclient.Connect(ctx, zkclient.Config{
+		Servers:        d.servers,
+		SessionTimeout: s.key,
+		OnChange:       s.change,
+		Logger:         d.log,
+	})
 	if err != nil {
-		return fmt.Errorf("zookeeper: %w", err)
+		select {
+		case <-d.done:
+			return backend.ErrClosed
+		default:
+		}
+		return fmt.Errorf("zookeeper: within %v: %w", setupTimeout, err)
 	}
 	s.conn = conn
 	fail := func(err error) error {
 		conn.Close()
 		return err
 	}
-	select {
-	case <-s.connected:
-	case <-ctx.Done():
-		msg := fmt.Sprintf("zookeeper: no session with %v within %v", d.servers, setupTimeout)
-		if e := s.dialErr.Load(); e != nil {
-			return fail(fmt.Errorf("%s: %w", msg, *e))
-		}
-		return fail(errors.New(msg))
-	case <-d.done:
-		return fail(backend.ErrClosed)
-	}
-	granted := time.Duration(s.granted.Load()) * time.Millisecond
-	if granted != s.key {
+	if granted := time.Duration(s.granted.Load()); granted != s.key {
 		r, err := probeRange(ctx, []string{conn.Server()})
 		rng := "its minSessionTimeout and maxSessionTimeout"
 		if err == nil {

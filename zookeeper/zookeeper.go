@@ -10,7 +10,6 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/backend"
-	"github.com/distlock/locker/internal/zk"
 )
 
 func init() {
@@ -34,10 +33,10 @@ type Options struct {
 	// Default: /locker.
 	Path string
 	// ACL is set on every node the Locker creates. Default: open to all
-	// (zk.WorldACL(zk.PermAll)). Note that ZooKeeper checks the permission
+	// (gozk.WorldACL(gozk.PermAll)). Note that ZooKeeper checks the permission
 	// to delete a node on its parent: the key nodes' ACL is what keeps
 	// other clients from deleting lock nodes.
-	ACL []zk.ACL
+	ACL []gozk.ACL
 }
 
 // openTimeout bounds what New and Open check against the servers.
@@ -69,7 +68,7 @@ func New(c *gozk.Conn, opts *Options) (locker.Locker, error) {
 	defer cancel()
 	// The server's range tells whether c's session can have this timeout,
 	// and its tick, how late the server may expire a session.
-	for c.State() != zk.StateHasSession {
+	for c.State() != gozk.StateHasSession {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("zookeeper: the connection has no session after %v (state %v)", openTimeout, c.State())
 		}
@@ -86,7 +85,7 @@ func New(c *gozk.Conn, opts *Options) (locker.Locker, error) {
 	d.base = base
 	d.acl = o.ACL
 	if d.acl == nil {
-		d.acl = zk.WorldACL(zk.PermAll)
+		d.acl = gozk.WorldACL(gozk.PermAll)
 	}
 	s := d.newSession(timeout, false)
 	s.conn = c
@@ -144,7 +143,7 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 	d := newDriver(u.Config.ResolvedLogger())
 	d.servers = servers
 	d.base = base
-	d.acl = zk.WorldACL(zk.PermAll)
+	d.acl = gozk.WorldACL(gozk.PermAll)
 	if u.User != nil {
 		user := u.User.Username()
 		pass, ok := u.User.Password()
@@ -154,7 +153,7 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		d.auth = []byte(user + ":" + pass)
 		// Others may read the queue, but only holders of the credentials
 		// may queue, and delete nodes (which ZooKeeper checks on the parent).
-		d.acl = append(zk.DigestACL(zk.PermAll, user, pass), zk.WorldACL(zk.PermRead)...)
+		d.acl = append(gozk.DigestACL(gozk.PermAll, user, pass), gozk.WorldACL(gozk.PermRead)...)
 	}
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()

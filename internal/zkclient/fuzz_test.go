@@ -1,0 +1,229 @@
+package zkclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	gozk "github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+)
+
+// The ops a Conn awaits replies to, in xid order from 1, in FuzzDispatch.
+var fuzzOps = []opcode{opCreate2, opCreateContainer, opDelete, opExists, opGetData, opSetData, opGetChildren2, opSync, opMulti, opCheck, opCloseSession}
+
+// reply encodes one packet from the server: a reply header and body.
+func reply(xid int32, zxid int64, code int32, body func(*encoder)) []byte {
+	var e encoder
+	at := len(e.b)
+	e.int32(0)
+	e.int32(xid)
+	e.int64(zxid)
+	e.int32(code)
+	if body != nil {
+		body(&e)
+	}
+	e.end(at)
+	return e.b
+}
+
+func statBytes(e *encoder) {
+	for range statSize {
+		e.b = append(e.b, 7)
+	}
+}
+
+// fuzzSeeds are well-formed streams: a reply to each op, an error reply,
+// a notification, pings.
+func fuzzSeeds() [][]byte {
+	var all []byte
+	bodies := map[opcode]func(*encoder){
+		opCreate2:         func(e *encoder) { e.string("/a/n-0000000001"); statBytes(e) },
+		opCreateContainer: func(e *encoder) { e.string("/a"); statBytes(e) },
+		opExists:          statBytes,
+		opGetData:         func(e *encoder) { e.buffer([]byte("locker:1")); statBytes(e) },
+		opSetData:         statBytes,
+		opGetChildren2:    func(e *encoder) { e.strings([]string{"n-1", "n-2"}); statBytes(e) },
+		opSync:            func(e *encoder) { e.string("/a") },
+		opMulti: func(e *encoder) {
+			multiHeader(e, opCheck)
+			multiHeader(e, opError)
+			e.int32(-101)
+			multiHeader(e, opCreate)
+			e.string("/a/b")
+			e.int32(-1)
+			e.bool(true)
+			e.int32(-1)
+		},
+	}
+	for i, op := range fuzzOps {
+		all = append(all, reply(int32(i+1), int64(100+i), 0, bodies[op])...)
+	}
+	notify := reply(xidNotification, -1, 0, func(e *encoder) {
+		e.int32(evNodeDeleted)
+		e.int32(3)
+		e.string("/a")
+	})
+	ping := reply(xidPing, 5, 0, nil)
+	errReply := reply(1, 9, -101, nil)
+	return [][]byte{all, append(append(ping, notify...), errReply...), ping, {0, 0, 0, 1, 9}, {0xff, 0xff, 0xff, 0xff}}
+}
+
+// FuzzDispatch feeds arbitrary bytes, as if from the server, to a Conn
+// awaiting a reply to each kind of request: no input panics it, every
+// request gets exactly one outcome (the rest failing as a dropped
+// connection fails them), and a watch is set only by a successful read.
+func FuzzDispatch(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		c := &Conn{watches: map[string][]chan gozk.Event{}, log: discard()}
+		var rs []*request
+		for i, op := range fuzzOps {
+			r := &request{op: op, xid: int32(i + 1), done: make(chan struct{})}
+			if op == opGetData {
+				r.watchPath, r.watch = "/a", make(chan gozk.Event, 1)
+			}
+			c.pending.push(r)
+			rs = append(rs, r)
+		}
+		fr := newFrameReader(bytes.NewReader(stream))
+		for {
+			b, err := fr.next()
+			if err != nil {
+				break
+			}
+			if err := c.dispatch(b); err != nil {
+				break
+			}
+		}
+		for _, r := range c.pending.drain() {
+			r.complete(gozk.ErrConnectionClosed)
+		}
+		for _, r := range rs {
+			select {
+			case <-r.done:
+			default:
+				t.Fatalf("request %d (op %d) has no outcome", r.xid, r.op)
+			}
+			if r.op == opGetData {
+				set := len(c.watches["/a"]) > 0 || len(r.watch) > 0
+				if set != (r.err == nil) {
+					t.Fatalf("getData's outcome %v, watch set %v", r.err, set)
+				}
+			}
+		}
+	})
+}
+
+// FuzzConnectResponse: the answer to a session request never panics the
+// decoder, whatever its bytes.
+func FuzzConnectResponse(f *testing.F) {
+	var e encoder
+	e.int32(0)
+	e.int32(4000)
+	e.int64(42)
+	e.buffer(make([]byte, 16))
+	f.Add(e.b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r connectResponse
+		if err := r.decode(b); err == nil && len(b) < 20 {
+			t.Fatalf("decoded %d bytes without an error", len(b))
+		}
+	})
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestPeerSendsGarbage: a peer on the server's port that answers with
+// bytes that are no ZooKeeper reply, before or after a session is granted:
+// Connect fails or the requests fail, nothing panics, Close returns, and
+// no goroutine is left (goleak).
+func TestPeerSendsGarbage(t *testing.T) {
+	granted := func() []byte {
+		var e encoder
+		at := len(e.b)
+		e.int32(0)
+		e.int32(0)
+		e.int32(4000)
+		e.int64(42)
+		e.buffer(make([]byte, 16))
+		e.end(at)
+		return e.b
+	}
+	cases := map[string]struct {
+		stream  []byte
+		granted bool // a session is granted before the garbage
+	}{
+		"http":               {stream: []byte("HTTP/1.1 400 Bad Request\r\n\r\n")},
+		"huge length":        {stream: []byte{0x7f, 0xff, 0xff, 0xff, 1, 2, 3}},
+		"negative length":    {stream: []byte{0xff, 0xff, 0xff, 0xf0}},
+		"short handshake":    {stream: []byte{0, 0, 0, 4, 0, 0, 0, 0}},
+		"refused session":    {stream: []byte{0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+		"reply to no one":    {stream: reply(77, 1, 0, nil), granted: true},
+		"truncated stat":     {stream: reply(1, 1, 0, func(e *encoder) { e.int32(3) }), granted: true},
+		"children overflow":  {stream: reply(1, 1, 0, func(e *encoder) { e.int32(1 << 30) }), granted: true},
+		"auth unasked":       {stream: reply(xidAuth, 1, 0, nil), granted: true},
+		"cut inside a frame": {stream: []byte{0, 0, 1, 0, 1, 2}, granted: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			ln, err := listen()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					nc, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer nc.Close()
+						var hdr [4]byte
+						if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+							return
+						}
+						io.CopyN(io.Discard, nc, int64(binary.BigEndian.Uint32(hdr[:])))
+						if tc.granted {
+							nc.Write(granted())
+						}
+						nc.Write(tc.stream)
+						nc.SetReadDeadline(time.Now().Add(time.Second))
+						io.Copy(io.Discard, nc)
+					}()
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			c, err := Connect(ctx, Config{Servers: []string{ln.Addr().String()}, SessionTimeout: 4 * time.Second})
+			if !tc.granted {
+				if err == nil {
+					c.Close()
+					t.Fatal("Connect succeeded on a peer that granted no session")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = c.Children("/")
+			if err == nil {
+				t.Fatal("a request answered by garbage succeeded")
+			}
+			if !errors.Is(err, gozk.ErrConnectionClosed) && !errors.Is(err, gozk.ErrNoServer) {
+				t.Fatalf("a request answered by garbage: %v", err)
+			}
+			ln.Close()
+			c.Close()
+		})
+	}
+}

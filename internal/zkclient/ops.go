@@ -1,0 +1,541 @@
+package zkclient
+
+import (
+	"errors"
+	"fmt"
+
+	gozk "github.com/go-zookeeper/zk"
+)
+
+// A request is one numbered request and, once done is closed, its
+// outcome. The connection's goroutine sets the outcome; whoever waits on
+// done reads it.
+type request struct {
+	op        opcode
+	xid       int32
+	frame     []byte          // the packet; its xid is set when it is sent
+	watchPath string          // getData with a watch: the watch is set
+	watch     chan gozk.Event // on success, on this channel
+	done      chan struct{}
+
+	err      error
+	zxid     int64 // the reply header's
+	session  int64 // the session of the connection the reply came on
+	path     string
+	stat     gozk.Stat
+	data     []byte
+	children []string
+	multi    []gozk.MultiResponse
+
+	small [160]byte // holds the packet when it fits: no allocation for it
+}
+
+// begin starts a request's packet.
+func begin(op opcode) (*request, encoder) {
+	r := &request{op: op, done: make(chan struct{})}
+	e := encoder{b: r.small[:0]}
+	e.begin(0, op)
+	return r, e
+}
+
+// end finishes the packet begun by begin.
+func (r *request) end(e encoder) {
+	e.end(0)
+	r.frame = e.b
+}
+
+func (r *request) complete(err error) {
+	r.err = err
+	close(r.done)
+}
+
+// decode reads the body of a successful reply.
+func (r *request) decode(d *decoder) {
+	switch r.op {
+	case opCreate2, opCreateContainer:
+		r.path = d.string()
+		d.stat(&r.stat)
+	case opExists, opSetData:
+		d.stat(&r.stat)
+	case opGetData:
+		r.data = clone(d.bytes())
+		d.stat(&r.stat)
+	case opGetChildren2:
+		r.children = d.strings()
+		d.stat(&r.stat)
+	case opSync:
+		r.path = d.string()
+	case opMulti:
+		r.multi = decodeMulti(d)
+	}
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// decodeMulti reads a multi's results, up to the header that ends them.
+func decodeMulti(d *decoder) []gozk.MultiResponse {
+	var out []gozk.MultiResponse
+	for d.err == nil {
+		typ := opcode(d.int32())
+		last := d.bool()
+		d.int32() // the header's error; an error result repeats it
+		if last || d.err != nil {
+			break
+		}
+		var res gozk.MultiResponse
+		switch typ {
+		case opError:
+			res.Error = codeError(d.int32())
+		case opCreate:
+			res.String = d.string()
+		case opCreate2, opCreateContainer:
+			res.String = d.string()
+			res.Stat = new(gozk.Stat)
+			d.stat(res.Stat)
+		case opSetData:
+			res.Stat = new(gozk.Stat)
+			d.stat(res.Stat)
+		case opDelete, opCheck:
+		default:
+			d.fail()
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+// A Stop ends the wait for a request's reply early, when Done (a
+// context's) or Gone (the caller's session epoch) closes: the request then
+// returns ErrStopped at once, without a goroutine of its own waiting for
+// it. The request stays sent and may still be applied. Nil channels never
+// stop a wait; the zero Stop waits for the reply, which every request
+// gets (the end of the connection or of the Conn fails it).
+type Stop struct {
+	Done, Gone <-chan struct{}
+}
+
+// ErrStopped: the caller's Stop ended the wait for the reply. The request
+// may still be applied.
+var ErrStopped = errors.New("zk: stopped waiting for the reply")
+
+// wait waits for r's reply; false if st ended the wait first. A reply
+// that is there wins over a stop.
+func (r *request) wait(st Stop) bool {
+	select {
+	case <-r.done:
+		return true
+	case <-st.Done:
+	case <-st.Gone:
+	}
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// do sends r and waits for its reply.
+func (c *Conn) do(r *request) error {
+	c.send(r)
+	<-r.done
+	return r.err
+}
+
+// AddAuth adds credentials to the session, on this connection and every
+// later one, and returns the server's answer. A server that refuses them
+// ends the connection, and the Conn refuses every request from then on.
+func (c *Conn) AddAuth(scheme string, data []byte) error {
+	w := make(chan error, 1)
+	c.wmu.Lock()
+	if c.closed != nil {
+		err := c.closed
+		c.wmu.Unlock()
+		return err
+	}
+	a := auth{scheme: scheme, data: clone(data)}
+	if c.nc == nil {
+		a.wait = w // answered on the next connection
+		c.auths = append(c.auths, a)
+		c.wmu.Unlock()
+		return <-w
+	}
+	c.auths = append(c.auths, a)
+	var e encoder
+	encodeAuth(&e, scheme, data)
+	c.pmu.Lock()
+	c.authWait = append(c.authWait, w)
+	c.pmu.Unlock()
+	if _, err := c.nc.Write(e.b); err != nil {
+		c.nc.Close()
+	}
+	c.wmu.Unlock()
+	return <-w
+}
+
+func encodeAuth(e *encoder, scheme string, data []byte) {
+	at := e.begin(xidAuth, opAuth)
+	e.int32(0) // type
+	e.string(scheme)
+	e.buffer(data)
+	e.end(at)
+}
+
+// newCreate makes a create request: op is opCreate2 (a node of any mode
+// but TTL) or opCreateContainer.
+func newCreate(op opcode, path string, data []byte, flags int32, acl []gozk.ACL) (*request, error) {
+	switch {
+	case op == opCreateContainer && flags != gozk.FlagContainer:
+		return nil, fmt.Errorf("%w: a container's flags are FlagContainer", gozk.ErrInvalidFlags)
+	case op == opCreate2 && (flags < 0 || flags > gozk.FlagEphemeralSequential):
+		return nil, fmt.Errorf("%w: %d", gozk.ErrInvalidFlags, flags)
+	}
+	if err := checkPath(path, flags&gozk.FlagSequence != 0); err != nil {
+		return nil, err
+	}
+	r, e := begin(op)
+	e.string(path)
+	e.buffer(data)
+	e.acls(acl)
+	e.int32(flags)
+	r.end(e)
+	return r, nil
+}
+
+// Create creates a node and returns its path (with its sequence number,
+// for a sequential node).
+func (c *Conn) Create(path string, data []byte, flags int32, acl []gozk.ACL) (string, error) {
+	r, err := newCreate(opCreate2, path, data, flags, acl)
+	if err != nil {
+		return "", err
+	}
+	if err := c.do(r); err != nil {
+		return "", err
+	}
+	return r.path, nil
+}
+
+// CreateContainer creates a container node: the server deletes it once
+// its last child is gone. flags must be FlagContainer.
+func (c *Conn) CreateContainer(path string, data []byte, flags int32, acl []gozk.ACL) (string, error) {
+	r, err := newCreate(opCreateContainer, path, data, flags, acl)
+	if err != nil {
+		return "", err
+	}
+	if err := c.do(r); err != nil {
+		return "", err
+	}
+	return r.path, nil
+}
+
+// Created is what the reply to a create says.
+type Created struct {
+	Path    string // the node's path, with its sequence number if any
+	Zxid    int64  // the transaction that created it: the node's czxid
+	Session int64  // the session of the connection the reply came on
+}
+
+// Listed is the outcome of a listing sent behind a create.
+type Listed struct {
+	Children []string
+	Err      error
+}
+
+// CreateAndList creates a node as Create does and returns its czxid and
+// owning session with it. If list is not "", the children of list are
+// requested right behind the create, in the same write, without waiting
+// for the create's reply: the server answers a session's requests in the
+// order they arrive, so the listing sees the create applied. The listing
+// is only meaningful if the create succeeded.
+//
+// If st stops the wait for the create's reply, CreateAndList returns
+// ErrStopped and late (if not nil) gets the create's outcome once it
+// comes, in a goroutine of its own, so that the caller can undo it. If st
+// stops only the wait for the listing, the create's outcome is returned
+// and the listing's error is ErrStopped.
+func (c *Conn) CreateAndList(st Stop, path string, data []byte, flags int32, acl []gozk.ACL, list string, late func(Created, error)) (Created, Listed, error) {
+	cr, err := newCreate(opCreate2, path, data, flags, acl)
+	if err != nil {
+		return Created{}, Listed{}, err
+	}
+	var lr *request
+	if list != "" {
+		if lr, err = newChildren(list); err != nil {
+			return Created{}, Listed{}, err
+		}
+		c.send(cr, lr)
+	} else {
+		c.send(cr)
+	}
+	outcome := func() (Created, error) {
+		if cr.err != nil {
+			return Created{}, cr.err
+		}
+		return Created{Path: cr.path, Zxid: cr.stat.Czxid, Session: cr.session}, nil
+	}
+	if !cr.wait(st) {
+		if late != nil {
+			go func() {
+				<-cr.done
+				late(outcome())
+			}()
+		}
+		return Created{}, Listed{}, ErrStopped
+	}
+	out, err := outcome()
+	if err != nil || lr == nil {
+		return out, Listed{}, err
+	}
+	if !lr.wait(st) {
+		return out, Listed{Err: ErrStopped}, nil
+	}
+	if lr.err != nil {
+		return out, Listed{Err: lr.err}, nil
+	}
+	return out, Listed{Children: lr.children}, nil
+}
+
+func newChildren(path string) (*request, error) {
+	if err := checkPath(path, false); err != nil {
+		return nil, err
+	}
+	r, e := begin(opGetChildren2)
+	e.string(path)
+	e.bool(false)
+	r.end(e)
+	return r, nil
+}
+
+// Children lists the children of path.
+func (c *Conn) Children(path string) ([]string, *gozk.Stat, error) {
+	return c.ChildrenStop(Stop{}, path)
+}
+
+// ChildrenStop is Children, stopped by st.
+func (c *Conn) ChildrenStop(st Stop, path string) ([]string, *gozk.Stat, error) {
+	r, err := newChildren(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.send(r)
+	if !r.wait(st) {
+		return nil, nil, ErrStopped
+	}
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	return r.children, &r.stat, nil
+}
+
+// pathRequest makes a request whose body is a path and what tail adds
+// (a watch flag, a version).
+func pathRequest(op opcode, path string, tail func(*encoder)) (*request, error) {
+	if err := checkPath(path, false); err != nil {
+		return nil, err
+	}
+	r, e := begin(op)
+	e.string(path)
+	if tail != nil {
+		tail(&e)
+	}
+	r.end(e)
+	return r, nil
+}
+
+func newDelete(path string, version int32) (*request, error) {
+	return pathRequest(opDelete, path, func(e *encoder) { e.int32(version) })
+}
+
+// Delete deletes the node at path if its version is version (-1: any).
+func (c *Conn) Delete(path string, version int32) error {
+	return c.DeleteStop(Stop{}, path, version)
+}
+
+// DeleteStop is Delete, stopped by st.
+func (c *Conn) DeleteStop(st Stop, path string, version int32) error {
+	r, err := newDelete(path, version)
+	if err != nil {
+		return err
+	}
+	c.send(r)
+	if !r.wait(st) {
+		return ErrStopped
+	}
+	return r.err
+}
+
+// Exists reports whether path exists, and its Stat if it does.
+func (c *Conn) Exists(path string) (bool, *gozk.Stat, error) {
+	r, err := pathRequest(opExists, path, func(e *encoder) { e.bool(false) })
+	if err != nil {
+		return false, nil, err
+	}
+	switch err := c.do(r); {
+	case errors.Is(err, gozk.ErrNoNode):
+		return false, nil, nil
+	case err != nil:
+		return false, nil, err
+	}
+	return true, &r.stat, nil
+}
+
+// Get returns the data and Stat of path.
+func (c *Conn) Get(path string) ([]byte, *gozk.Stat, error) {
+	r, err := pathRequest(opGetData, path, func(e *encoder) { e.bool(false) })
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.do(r); err != nil {
+		return nil, nil, err
+	}
+	return r.data, &r.stat, nil
+}
+
+// GetW returns the data and Stat of path and sets a data watch on it:
+// the channel gets one event, when the node's data changes or the node is
+// deleted, or EventNotWatching when the session ends. A node that does not
+// exist fails with ErrNoNode, and no watch is set.
+//
+// Watches outlive a dropped connection: the Conn sets them again on the
+// next one, and the server fires at once those whose node changed in
+// between.
+func (c *Conn) GetW(path string) ([]byte, *gozk.Stat, <-chan gozk.Event, error) {
+	ws, err := c.GetWAll(Stop{}, path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	w := ws[0]
+	if w.Err != nil {
+		return nil, nil, nil, w.Err
+	}
+	return w.Data, w.Stat, w.Event, nil
+}
+
+// Watched is the outcome of one data watch GetWAll set: the node's data
+// and Stat and the watch's channel, or why it was not set (ErrNoNode for
+// a node that is gone: no watch is left behind then).
+type Watched struct {
+	Data  []byte
+	Stat  *gozk.Stat
+	Event <-chan gozk.Event
+	Err   error
+}
+
+// GetWAll is GetW on each of paths, the requests sent in one write, so
+// that all the watches cost one round trip. The server handles them in
+// the order given, and a session's events come in the order of the
+// changes that fire them. A node that is gone is reported in its Watched
+// (ErrNoNode); any other failure is GetWAll's error. A watch whose
+// request was stopped is still set once its reply comes.
+func (c *Conn) GetWAll(st Stop, paths ...string) ([]Watched, error) {
+	rs := make([]*request, len(paths))
+	for i, p := range paths {
+		r, err := pathRequest(opGetData, p, func(e *encoder) { e.bool(true) })
+		if err != nil {
+			return nil, err
+		}
+		r.watchPath, r.watch = p, make(chan gozk.Event, 1)
+		rs[i] = r
+	}
+	c.send(rs...)
+	out := make([]Watched, len(rs))
+	for i, r := range rs {
+		switch {
+		case !r.wait(st):
+			return nil, ErrStopped
+		case errors.Is(r.err, gozk.ErrNoNode):
+			out[i].Err = r.err
+		case r.err != nil:
+			return nil, r.err
+		default:
+			out[i] = Watched{Data: r.data, Stat: &r.stat, Event: r.watch}
+		}
+	}
+	return out, nil
+}
+
+// Sync waits until the server this client talks to has caught up with the
+// leader, as of the request's arrival, and returns path.
+func (c *Conn) Sync(path string) (string, error) {
+	r, err := pathRequest(opSync, path, nil)
+	if err != nil {
+		return "", err
+	}
+	if err := c.do(r); err != nil {
+		return "", err
+	}
+	return r.path, nil
+}
+
+// Multi applies ops, all or none, in one transaction. An op is one of
+// go-zookeeper's *CreateRequest (no TTL), *DeleteRequest,
+// *SetDataRequest and *CheckVersionRequest. On failure, the error is that
+// of the first op that failed, and the results say which (the ops before
+// it have a nil Error, those after ErrRuntimeInconsistency).
+func (c *Conn) Multi(ops ...any) ([]gozk.MultiResponse, error) {
+	r, e := begin(opMulti)
+	for _, op := range ops {
+		var path string
+		seq := false
+		switch o := op.(type) {
+		case *gozk.CreateRequest:
+			if o.Flags < 0 || o.Flags > gozk.FlagEphemeralSequential {
+				return nil, fmt.Errorf("%w: %d in a multi", gozk.ErrInvalidFlags, o.Flags)
+			}
+			path, seq = o.Path, o.Flags&gozk.FlagSequence != 0
+			multiHeader(&e, opCreate)
+			e.string(o.Path)
+			e.buffer(o.Data)
+			e.acls(o.Acl)
+			e.int32(o.Flags)
+		case *gozk.DeleteRequest:
+			path = o.Path
+			multiHeader(&e, opDelete)
+			e.string(o.Path)
+			e.int32(o.Version)
+		case *gozk.SetDataRequest:
+			path = o.Path
+			multiHeader(&e, opSetData)
+			e.string(o.Path)
+			e.buffer(o.Data)
+			e.int32(o.Version)
+		case *gozk.CheckVersionRequest:
+			path = o.Path
+			multiHeader(&e, opCheck)
+			e.string(o.Path)
+			e.int32(o.Version)
+		default:
+			return nil, fmt.Errorf("zk: a multi cannot carry %T", op)
+		}
+		if err := checkPath(path, seq); err != nil {
+			return nil, err
+		}
+	}
+	e.int32(-1) // the header that ends the ops
+	e.bool(true)
+	e.int32(-1)
+	r.end(e)
+	if err := c.do(r); err != nil {
+		return nil, err
+	}
+	if len(r.multi) != len(ops) {
+		return nil, fmt.Errorf("%w: %d results to a multi of %d", errMalformed, len(r.multi), len(ops))
+	}
+	for _, res := range r.multi {
+		if res.Error != nil {
+			return r.multi, res.Error
+		}
+	}
+	return r.multi, nil
+}
+
+func multiHeader(e *encoder, op opcode) {
+	e.int32(int32(op))
+	e.bool(false)
+	e.int32(-1)
+}
