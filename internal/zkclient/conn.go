@@ -73,9 +73,9 @@ type Config struct {
 	// StateConnected says what it granted.
 	SessionTimeout time.Duration
 	// OnChange, if set, is called on every change of state, in order, on
-	// the Conn's goroutine: it must not block, nor wait for a reply. For
-	// StateConnected it runs before anything is sent on the new
-	// connection.
+	// the Conn's goroutine: it must not block, wait for a reply, or call
+	// Close. For StateConnected it runs before anything is sent on the
+	// new connection.
 	OnChange func(Change)
 	// Dial makes the connections; default net.Dialer's DialContext.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
@@ -90,15 +90,19 @@ type Config struct {
 // lost packet or two, and one that has heard nothing for two thirds has
 // a third left to find another server before the session can expire.
 const (
-	closeWait   = 2 * time.Second // for the server's answer to closeSession
-	maxBackoff  = time.Second     // between passes over the servers that all failed
-	firstBackof = 10 * time.Millisecond
-	bufSize     = 32 << 10
+	closeWait    = 2 * time.Second // for the server's answer to closeSession
+	maxBackoff   = time.Second     // between passes over the servers that all failed
+	firstBackoff = 10 * time.Millisecond
+	stable       = time.Second // a connection that lasts less is followed by a pause
+	bufSize      = 32 << 10
 )
 
-// connectTimeout bounds a dial and handshake with one server.
-func connectTimeout(session time.Duration) time.Duration {
-	return min(max(session*2/3, time.Second), 5*time.Second)
+// connectTimeout bounds a dial and handshake with one of n servers: the
+// session timeout shared among them (as the Java client does), so that a
+// slow link still resumes the session (the server keeps it that long) and
+// a pass over every server fits in the session's life; at least a second.
+func connectTimeout(session time.Duration, n int) time.Duration {
+	return max(session/time.Duration(n), time.Second)
 }
 
 // A Conn is a ZooKeeper session over one connection at a time. Its
@@ -189,6 +193,11 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		return c, nil
 	case <-ctx.Done():
 	}
+	select {
+	case <-c.first: // granted as ctx ended: a session is worth more than an error
+		return c, nil
+	default:
+	}
 	why := ctx.Err()
 	if e := c.lastErr.Load(); e != nil {
 		why = *e
@@ -215,13 +224,16 @@ func (c *Conn) Granted() time.Duration { return time.Duration(c.granted.Load()) 
 
 // Close ends the session (the server deletes its ephemeral nodes at once)
 // and the connection. Requests waiting for a reply fail with ErrClosing.
+// Between connections, the session is ended on the next one, if a server
+// is reached within closeWait; otherwise the server expires it a session
+// timeout after it last heard from the client.
 func (c *Conn) Close() {
 	c.closer.Do(func() {
 		c.wmu.Lock()
-		connected := c.nc != nil && c.closed == nil
+		open := c.closed == nil && c.session.Load() != 0
 		c.wmu.Unlock()
-		if connected {
-			c.ending.Store(true)
+		if open {
+			c.ending.Store(true) // from now on, requests fail with ErrClosing
 			r, e := begin(opCloseSession)
 			r.end(e)
 			c.send(r)
@@ -268,7 +280,7 @@ func (c *Conn) run() {
 	defer close(c.done)
 	defer c.shutdown()
 	failures := 0
-	backoff := firstBackof
+	backoff := firstBackoff
 	for i := 0; !c.isClosing(); i++ {
 		server := c.servers[i%len(c.servers)]
 		nc, fr, err := c.connect(server)
@@ -300,16 +312,26 @@ func (c *Conn) run() {
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		failures, backoff = 0, firstBackof
+		failures = 0
+		start := time.Now()
 		err = c.serve(nc, fr)
 		c.drop(nc, server, err)
-		if errors.Is(err, gozk.ErrAuthFailed) {
+		switch {
+		case errors.Is(err, gozk.ErrAuthFailed):
 			c.authFailed(server)
 			return
-		}
-		if c.ending.Load() {
+		case c.ending.Load():
 			<-c.closing
 			return
+		case time.Since(start) < stable:
+			// A server that grants the session and drops it at once
+			// would otherwise be dialled in a busy loop.
+			if !c.pause(rand.N(backoff) + backoff/2) {
+				return
+			}
+			backoff = min(2*backoff, maxBackoff)
+		default:
+			backoff = firstBackoff
 		}
 	}
 }
@@ -336,7 +358,7 @@ func (c *Conn) notify(ch Change) {
 // connection to requests: credentials first, then the watches set in the
 // session, then what waited for a connection, in one write.
 func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
-	timeout := connectTimeout(c.cfg.SessionTimeout)
+	timeout := connectTimeout(c.cfg.SessionTimeout, len(c.servers))
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	dial := c.cfg.Dial
@@ -361,7 +383,8 @@ func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 		c.dialing = nil
 		c.wmu.Unlock()
 	}()
-	fr, resp, err := c.handshake(nc, time.Now().Add(timeout))
+	deadline, _ := ctx.Deadline() // the dial and the handshake share the timeout
+	fr, resp, err := c.handshake(nc, deadline)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -411,10 +434,14 @@ func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 	c.queued = c.queued[:0]
 	c.wbuf = e.b[:0]
 	if len(e.b) > 0 {
+		// Nothing reads the connection yet to notice a server that stopped
+		// reading it: the write has a deadline of its own.
 		c.lastSent.Store(time.Now().UnixNano())
+		nc.SetWriteDeadline(time.Now().Add(timeout))
 		if _, err := nc.Write(e.b); err != nil {
 			nc.Close() // serve fails at once, and drop fails what is pending
 		}
+		nc.SetWriteDeadline(time.Time{})
 	}
 	c.nc = nc
 	return nc, fr, nil
@@ -428,6 +455,7 @@ func (c *Conn) handshake(nc net.Conn, deadline time.Time) (*frameReader, connect
 	req := connectRequest{lastZxid: c.lastZxid, timeout: c.askMs, session: c.session.Load(), passwd: c.passwd}
 	var e encoder
 	req.encode(&e)
+	c.lastSent.Store(time.Now().UnixNano())
 	if _, err := nc.Write(e.b); err != nil {
 		return nil, resp, err
 	}
@@ -514,8 +542,13 @@ func (c *Conn) serve(nc net.Conn, fr *frameReader) error {
 			c.ping(nc)
 		}
 		next := deadline()
-		if soon := now.Add(time.Millisecond); next.Before(soon) {
+		if soon := now.Add(pingEvery / 8); next.Before(soon) {
+			// The ping waits for a write under way: look again a little
+			// later, or at the receive deadline if that comes first.
 			next = soon
+			if recv := lastRecv.Add(recvTimeout); recv.Before(next) {
+				next = recv
+			}
 		}
 		nc.SetReadDeadline(next)
 	}
@@ -550,9 +583,6 @@ func (c *Conn) dispatch(b []byte) error {
 	if d.err != nil {
 		return d.err
 	}
-	if zxid > c.lastZxid {
-		c.lastZxid = zxid
-	}
 	switch xid {
 	case xidNotification:
 		return c.notification(&d)
@@ -560,7 +590,9 @@ func (c *Conn) dispatch(b []byte) error {
 		return nil
 	case xidSetWatches:
 		if code != 0 {
+			// The server holds none of them: tell each that it will not fire.
 			c.log.Debug("zk: setting watches again failed", "err", codeError(code))
+			c.endWatches(codeError(code), gozk.StateSyncConnected)
 		}
 		return nil
 	case xidAuth:
@@ -600,9 +632,14 @@ func (c *Conn) dispatch(b []byte) error {
 			r.complete(errMalformed)
 			return d.err
 		}
-		if r.watch != nil {
-			c.watches[r.watchPath] = append(c.watches[r.watchPath], r.watch)
-		}
+	}
+	// Only a reply that matched its request counts as seen: a server
+	// refuses a client that claims a later zxid than it has.
+	if zxid > c.lastZxid {
+		c.lastZxid = zxid
+	}
+	if err == nil && r.watch != nil {
+		c.watches[r.watchPath] = append(c.watches[r.watchPath], r.watch)
 	}
 	r.complete(err)
 	return nil
@@ -656,15 +693,19 @@ func (c *Conn) drop(nc net.Conn, server string, cause error) {
 	ws := c.authWait
 	c.authWait = nil
 	c.pmu.Unlock()
+	lost := gozk.ErrConnectionClosed
+	if c.ending.Load() || c.isClosing() {
+		lost = gozk.ErrClosing
+	}
 	for _, r := range rs {
-		r.complete(gozk.ErrConnectionClosed)
+		r.complete(lost)
 	}
 	for _, w := range ws {
 		if w != nil {
-			w <- gozk.ErrConnectionClosed
+			w <- lost
 		}
 	}
-	if c.ending.Load() || c.isClosing() {
+	if lost == gozk.ErrClosing {
 		return
 	}
 	if !errors.Is(cause, io.EOF) {
@@ -696,11 +737,19 @@ func (c *Conn) authFailed(server string) {
 	c.failQueued(gozk.ErrAuthFailed)
 }
 
-// failQueued fails the requests waiting for a connection.
+// failQueued fails the requests waiting for a connection, and tells the
+// AddAuth callers waiting for one (their credentials are kept for the
+// next connection).
 func (c *Conn) failQueued(err error) {
 	c.wmu.Lock()
 	q := c.queued
 	c.queued = nil
+	for i := range c.auths {
+		if w := c.auths[i].wait; w != nil {
+			w <- err
+			c.auths[i].wait = nil
+		}
+	}
 	c.wmu.Unlock()
 	for _, r := range q {
 		r.complete(err)
@@ -742,8 +791,11 @@ func (c *Conn) shutdown() {
 // they wait for the next one; on a closed Conn they fail at once.
 func (c *Conn) send(rs ...*request) {
 	c.wmu.Lock()
-	if c.closed != nil {
+	if c.closed != nil || c.ending.Load() && rs[0].op != opCloseSession {
 		err := c.closed
+		if err == nil {
+			err = gozk.ErrClosing
+		}
 		c.wmu.Unlock()
 		for _, r := range rs {
 			r.complete(err)
@@ -797,6 +849,11 @@ func newFrameReader(r io.Reader) *frameReader {
 
 // next returns the next packet's bytes, valid until the following call.
 func (f *frameReader) next() ([]byte, error) {
+	if len(f.buf) > bufSize && f.e-f.s <= bufSize {
+		f.buf = append(make([]byte, 0, bufSize), f.buf[f.s:f.e]...)[:bufSize]
+		f.e -= f.s
+		f.s = 0
+	}
 	for {
 		if have := f.e - f.s; have >= 4 {
 			n := int64(int32(binary.BigEndian.Uint32(f.buf[f.s:])))

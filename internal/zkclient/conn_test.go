@@ -87,6 +87,7 @@ func (c *changes) await(t *testing.T, from int, s State) (Change, int) {
 type faults struct {
 	mu     sync.Mutex
 	refuse bool
+	gate   chan struct{} // if not nil, dials wait until it is closed
 	conns  []*faultConn
 	dials  int
 }
@@ -98,6 +99,16 @@ type faultConn struct {
 }
 
 func (f *faults) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dials++

@@ -43,7 +43,13 @@
 // then whatever waited for a connection, in one write. It then reads the
 // connection until it fails, pinging the server when nothing was sent for
 // a third of the granted timeout and giving up on a server silent for two
-// thirds, and connects again.
+// thirds, and connects again. A dial and handshake may take the session
+// timeout shared among the servers (at least a second), as in the Java
+// client: on a link slower than two thirds of the timeout, connections
+// keep dropping for silence, but each reconnect resumes the session and
+// what is sent on it is applied. A connection that lasted less than a
+// second is followed by a pause (10 ms, doubling up to a second), and so
+// is a pass over the servers that all failed.
 //
 // A caller's request is encoded on the caller's goroutine and written by
 // it, under a mutex that also hands out the xid and appends the request to

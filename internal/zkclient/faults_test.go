@@ -375,6 +375,83 @@ func TestClose(t *testing.T) {
 	f.restore()
 }
 
+// TestSlowLink: on a link whose round trip is longer than two thirds of
+// the session timeout (the client gives up on a connection silent that
+// long) but fits in the timeout, the client keeps connecting again, each
+// handshake answered in time, and what it sends gets through: a delete
+// sent over such a connection is applied though its reply never makes it
+// back in time.
+func TestSlowLink(t *testing.T) {
+	p := testenv.Proxy(t, server(t))
+	ch := newChanges()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Config{Servers: []string{p.Addr()}, SessionTimeout: 3 * time.Second, OnChange: ch.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	o := observer(t)
+	root := tree(t, c, "slow")
+	eph, err := c.Create(root+"/e", nil, gozk.FlagEphemeral, worldACL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := len(ch.list())
+	p.SetLatency(1200 * time.Millisecond) // a 2.4s round trip: past 2s, within 3s
+	ch.await(t, seen, StateDisconnected)
+	done := make(chan error, 1)
+	go func() { done <- c.Delete(eph, -1) }()
+	testenv.WaitFor(t, 30*time.Second, "the delete applied over the slow link", func() bool {
+		ok, _, err := o.Exists(eph)
+		return err == nil && !ok
+	})
+	p.SetLatency(0)
+	if err := <-done; err != nil && !errors.Is(err, gozk.ErrConnectionClosed) && !errors.Is(err, gozk.ErrNoServer) {
+		t.Fatalf("the delete over the slow link: %v", err)
+	}
+	for _, s := range ch.list() {
+		if s.State == StateExpired {
+			t.Fatal("the session expired on a link slow but within its timeout")
+		}
+	}
+}
+
+// TestCloseWhileAway: Close between connections ends the session on the
+// next one, so that its ephemeral nodes go at once rather than a session
+// timeout later.
+func TestCloseWhileAway(t *testing.T) {
+	f := &faults{}
+	c, ch := connect(t, 30*time.Second, f)
+	o := observer(t)
+	root := tree(t, c, "closeaway")
+	eph, err := c.Create(root+"/e", nil, gozk.FlagEphemeral, worldACL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.gate = gate
+	f.mu.Unlock()
+	seen := len(ch.list())
+	f.cut(false)
+	ch.await(t, seen, StateDisconnected)
+	closed := make(chan struct{})
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the closeSession request waiting for a connection", func() bool { return c.queuedLen() == 1 })
+	if _, _, err := c.Children(root); !errors.Is(err, gozk.ErrClosing) {
+		t.Fatalf("a request while Close ends the session: %v, want ErrClosing", err)
+	}
+	close(gate)
+	<-closed
+	if ok, _, err := o.Exists(eph); ok || err != nil {
+		t.Fatalf("the ephemeral node after Close while away: %v, %v; want it gone with the session", ok, err)
+	}
+}
+
 // TestConnectFails: Connect to a port nobody serves fails once its context
 // ends, naming the reason, and leaves no goroutine behind (TestMain).
 func TestConnectFails(t *testing.T) {

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,22 +144,95 @@ func FuzzConnectResponse(f *testing.F) {
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// garbagePeer listens on loopback and answers every connection's session
+// request with granted (if not nil) and then stream, hangs up linger
+// later, and records the last zxid each session request claimed to have
+// seen.
+type garbagePeer struct {
+	ln       net.Listener
+	granted  []byte
+	stream   []byte
+	linger   time.Duration
+	mu       sync.Mutex
+	accepts  int
+	lastZxid []int64
+}
+
+func startPeer(t *testing.T, granted, stream []byte, linger time.Duration) *garbagePeer {
+	t.Helper()
+	ln, err := listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &garbagePeer{ln: ln, granted: granted, stream: stream, linger: linger}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { ln.Close() })
+	wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { p.serve(nc) })
+		}
+	})
+	return p
+}
+
+func (p *garbagePeer) serve(nc net.Conn) {
+	defer nc.Close()
+	var hdr [4]byte
+	if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+		return
+	}
+	req := make([]byte, binary.BigEndian.Uint32(hdr[:])&0xffff)
+	if _, err := io.ReadFull(nc, req); err != nil {
+		return
+	}
+	d := decoder{b: req}
+	d.int32()
+	zxid := d.int64()
+	p.mu.Lock()
+	p.accepts++
+	p.lastZxid = append(p.lastZxid, zxid)
+	p.mu.Unlock()
+	if p.granted != nil {
+		nc.Write(p.granted)
+	}
+	nc.Write(p.stream)
+	nc.SetReadDeadline(time.Now().Add(p.linger))
+	io.Copy(io.Discard, nc)
+}
+
+func (p *garbagePeer) addr() string { return p.ln.Addr().String() }
+
+func (p *garbagePeer) seen() (int, []int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepts, slices.Clone(p.lastZxid)
+}
+
+// grantedBytes is a session request's answer that grants session 42.
+func grantedBytes() []byte {
+	var e encoder
+	at := len(e.b)
+	e.int32(0)
+	e.int32(0)
+	e.int32(4000)
+	e.int64(42)
+	e.buffer(make([]byte, 16))
+	e.end(at)
+	return e.b
+}
+
 // TestPeerSendsGarbage: a peer on the server's port that answers with
 // bytes that are no ZooKeeper reply, before or after a session is granted:
-// Connect fails or the requests fail, nothing panics, Close returns, and
-// no goroutine is left (goleak).
+// Connect fails or the requests fail, nothing panics, Close returns, no
+// goroutine is left (goleak), and no zxid of a reply that matched no
+// request is claimed as seen on reconnecting.
 func TestPeerSendsGarbage(t *testing.T) {
-	granted := func() []byte {
-		var e encoder
-		at := len(e.b)
-		e.int32(0)
-		e.int32(0)
-		e.int32(4000)
-		e.int64(42)
-		e.buffer(make([]byte, 16))
-		e.end(at)
-		return e.b
-	}
+	const bogus = 1 << 62
 	cases := map[string]struct {
 		stream  []byte
 		granted bool // a session is granted before the garbage
@@ -166,45 +242,25 @@ func TestPeerSendsGarbage(t *testing.T) {
 		"negative length":    {stream: []byte{0xff, 0xff, 0xff, 0xf0}},
 		"short handshake":    {stream: []byte{0, 0, 0, 4, 0, 0, 0, 0}},
 		"refused session":    {stream: []byte{0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
-		"reply to no one":    {stream: reply(77, 1, 0, nil), granted: true},
-		"truncated stat":     {stream: reply(1, 1, 0, func(e *encoder) { e.int32(3) }), granted: true},
-		"children overflow":  {stream: reply(1, 1, 0, func(e *encoder) { e.int32(1 << 30) }), granted: true},
-		"auth unasked":       {stream: reply(xidAuth, 1, 0, nil), granted: true},
+		"reply to no one":    {stream: reply(77, bogus, 0, nil), granted: true},
+		"truncated stat":     {stream: reply(1, bogus, 0, func(e *encoder) { e.int32(3) }), granted: true},
+		"children overflow":  {stream: reply(1, bogus, 0, func(e *encoder) { e.int32(1 << 30) }), granted: true},
+		"auth unasked":       {stream: reply(xidAuth, bogus, 0, nil), granted: true},
 		"cut inside a frame": {stream: []byte{0, 0, 1, 0, 1, 2}, granted: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-			ln, err := listen()
-			if err != nil {
-				t.Fatal(err)
+			// Registered first, so run last: after the peer is gone.
+			ignore := goleak.IgnoreCurrent()
+			t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+			var granted []byte
+			if tc.granted {
+				granted = grantedBytes()
 			}
-			defer ln.Close()
-			go func() {
-				for {
-					nc, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer nc.Close()
-						var hdr [4]byte
-						if _, err := io.ReadFull(nc, hdr[:]); err != nil {
-							return
-						}
-						io.CopyN(io.Discard, nc, int64(binary.BigEndian.Uint32(hdr[:])))
-						if tc.granted {
-							nc.Write(granted())
-						}
-						nc.Write(tc.stream)
-						nc.SetReadDeadline(time.Now().Add(time.Second))
-						io.Copy(io.Discard, nc)
-					}()
-				}
-			}()
+			p := startPeer(t, granted, tc.stream, time.Second)
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			c, err := Connect(ctx, Config{Servers: []string{ln.Addr().String()}, SessionTimeout: 4 * time.Second})
+			c, err := Connect(ctx, Config{Servers: []string{p.addr()}, SessionTimeout: 4 * time.Second})
 			if !tc.granted {
 				if err == nil {
 					c.Close()
@@ -222,8 +278,34 @@ func TestPeerSendsGarbage(t *testing.T) {
 			if !errors.Is(err, gozk.ErrConnectionClosed) && !errors.Is(err, gozk.ErrNoServer) {
 				t.Fatalf("a request answered by garbage: %v", err)
 			}
-			ln.Close()
 			c.Close()
+			_, zxids := p.seen()
+			for _, z := range zxids {
+				if z != 0 {
+					t.Fatalf("a session request claimed zxid %#x seen, from a reply that matched no request", z)
+				}
+			}
 		})
+	}
+}
+
+// TestFlappingServer: a server that grants the session and drops the
+// connection at once is not dialled in a busy loop: a connection that did
+// not last is followed by a pause, longer each time.
+func TestFlappingServer(t *testing.T) {
+	p := startPeer(t, grantedBytes(), nil, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Config{Servers: []string{p.addr()}, SessionTimeout: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	n, _ := p.seen()
+	c.Close()
+	// Without a pause, a second of hang-ups would be thousands of dials;
+	// with pauses of 10 ms doubling, far fewer. A slower machine dials less.
+	if n > 30 {
+		t.Fatalf("%d connections in about a second to a server that drops each at once", n)
 	}
 }

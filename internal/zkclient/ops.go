@@ -3,6 +3,7 @@ package zkclient
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	gozk "github.com/go-zookeeper/zk"
 )
@@ -171,6 +172,7 @@ func (c *Conn) AddAuth(scheme string, data []byte) error {
 	c.pmu.Lock()
 	c.authWait = append(c.authWait, w)
 	c.pmu.Unlock()
+	c.lastSent.Store(time.Now().UnixNano())
 	if _, err := c.nc.Write(e.b); err != nil {
 		c.nc.Close()
 	}

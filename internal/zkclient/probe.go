@@ -30,11 +30,11 @@ func Probe(ctx context.Context, server string, ask time.Duration, pings int) (Pr
 		return out, err
 	}
 	defer nc.Close()
-	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	ms := min(max(ask.Milliseconds(), 1), math.MaxInt32)
 	var e encoder
 	(&connectRequest{timeout: int32(ms)}).encode(&e)
