@@ -482,40 +482,43 @@ func (c *Conn) Sync(path string) (string, error) {
 func (c *Conn) Multi(ops ...any) ([]gozk.MultiResponse, error) {
 	r, e := begin(opMulti)
 	for _, op := range ops {
+		// A create is path, data, ACL and flags; the others, a path, the
+		// data for a setData, and a version.
+		var code opcode
 		var path string
+		var data []byte
+		var version int32
 		seq := false
 		switch o := op.(type) {
 		case *gozk.CreateRequest:
 			if o.Flags < 0 || o.Flags > gozk.FlagEphemeralSequential {
 				return nil, fmt.Errorf("%w: %d in a multi", gozk.ErrInvalidFlags, o.Flags)
 			}
-			path, seq = o.Path, o.Flags&gozk.FlagSequence != 0
+			code, path, seq = opCreate, o.Path, o.Flags&gozk.FlagSequence != 0
 			multiHeader(&e, opCreate)
 			e.string(o.Path)
 			e.buffer(o.Data)
 			e.acls(o.Acl)
 			e.int32(o.Flags)
 		case *gozk.DeleteRequest:
-			path = o.Path
-			multiHeader(&e, opDelete)
-			e.string(o.Path)
-			e.int32(o.Version)
+			code, path, version = opDelete, o.Path, o.Version
 		case *gozk.SetDataRequest:
-			path = o.Path
-			multiHeader(&e, opSetData)
-			e.string(o.Path)
-			e.buffer(o.Data)
-			e.int32(o.Version)
+			code, path, data, version = opSetData, o.Path, o.Data, o.Version
 		case *gozk.CheckVersionRequest:
-			path = o.Path
-			multiHeader(&e, opCheck)
-			e.string(o.Path)
-			e.int32(o.Version)
+			code, path, version = opCheck, o.Path, o.Version
 		default:
 			return nil, fmt.Errorf("zk: a multi cannot carry %T", op)
 		}
 		if err := checkPath(path, seq); err != nil {
 			return nil, err
+		}
+		if code != opCreate {
+			multiHeader(&e, code)
+			e.string(path)
+			if code == opSetData {
+				e.buffer(data)
+			}
+			e.int32(version)
 		}
 	}
 	e.int32(-1) // the header that ends the ops
