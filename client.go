@@ -42,8 +42,8 @@ type Config struct {
 	TelemetryKeys bool
 }
 
-// ResolvedLogger returns c.Logger, or slog.Default() when it is nil: the
-// logger of a Locker with this Config. Backends log through it too, so
+// ResolvedLogger is for backends: it returns c.Logger, or slog.Default()
+// when it is nil, the logger of a Locker with this Config. Backends log through it too, so
 // that one setting (or none) routes every line of the Locker and its
 // driver alike.
 func (c *Config) ResolvedLogger() *slog.Logger {
@@ -297,9 +297,7 @@ func (c *client) acquireLock(ctx context.Context, lk *lock, wait bool) error {
 	if !c.track(lk) {
 		// Closed while we were acquiring: give the lock back, before
 		// Close closes the driver (it waits until we leave).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		lk.release(rctx)
+		lk.release(ctx) // detached from ctx, which Close has ended
 		return fmt.Errorf("%w while acquiring; the lock taken meanwhile was released", ErrClosed)
 	}
 	return nil
@@ -396,7 +394,16 @@ func (c *client) track(lk *lock) bool {
 		return false
 	}
 	c.leaveLocked(lk)
-	c.held[lk] = struct{}{}
+	// A backend may report the lock gone before Acquire returns it (etcd
+	// registers it with its lease first): untrack ran before this, so a
+	// gone lock is not added, or it would stay until Close. A loss after
+	// this check untracks it as usual. c.mu before lk.mu, as everywhere.
+	lk.mu.Lock()
+	gone := lk.state == stateGone
+	lk.mu.Unlock()
+	if !gone {
+		c.held[lk] = struct{}{}
+	}
 	return true
 }
 

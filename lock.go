@@ -454,8 +454,13 @@ func (lk *lock) releaseOp(ctx context.Context) error {
 		return opErr("release", lk.key, errNilContext)
 	}
 	if lk.c.isClosed() {
+		// Close is releasing every lock the Locker held, this one
+		// included: the holder lets go now (Lost closes, so that Do
+		// returns with its lock let go), and Close deletes it from the
+		// server.
 		lk.mu.Lock()
 		gone := lk.state == stateGone
+		lk.setStateLocked(stateLost, ErrClosed, endReleased)
 		lk.mu.Unlock()
 		if !gone {
 			return opErr("release", lk.key, ErrClosed)
@@ -464,13 +469,31 @@ func (lk *lock) releaseOp(ctx context.Context) error {
 	return opErr("release", lk.key, lk.release(ctx))
 }
 
+// release lets the lock go. The request goes out under a context detached
+// from ctx's cancellation and deadline (its values stay), bounded by
+// releaseTimeout: a caller whose context has ended (a handler's request
+// context, deferred Release) still frees the key at once instead of
+// leaving it held on the server for the rest of its TTL.
+//
+// One rule on every backend: Release of a lock whose Lost closed for
+// another reason than a Release (its validity ran out, WithMaxHold, a
+// refresh or the backend found it gone) returns ErrNotHeld with that
+// reason, and still deletes the lock if the server holds it, so that the
+// key is free at once; the backend's own answer (the key was still there,
+// within the drift allowance, or not) does not change what the caller is
+// told.
 func (lk *lock) release(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	lk.mu.Lock()
 	if lk.state == stateGone {
 		err := lk.notHeldLocked()
 		lk.mu.Unlock()
 		return err
 	}
+	// ours: the holder lets go of a lock it held, now or by an earlier
+	// Release that did not reach the server.
+	ours := lk.state == stateHeld || errors.Is(lk.cause, ErrReleased)
 	// Lost closes as soon as the holder lets go, before the round trip.
 	// The watchdog no longer refreshes it; it leaves the timetable once
 	// gone.
@@ -478,12 +501,38 @@ func (lk *lock) release(ctx context.Context) error {
 	lk.mu.Unlock()
 
 	err := lk.held.Release(ctx)
-	if err == nil || errors.Is(err, ErrNotHeld) {
-		cause := err
-		if cause == nil {
-			cause = ErrReleased
+	switch {
+	case err == nil && ours:
+		lk.gone(ErrReleased)
+		return nil
+	case err == nil || errors.Is(err, ErrNotHeld):
+		lk.gone(nil)
+		if !ours {
+			lk.mu.Lock()
+			defer lk.mu.Unlock()
+			return lk.notHeldLocked()
 		}
-		lk.markGone(endReleased, cause)
+		return err
+	case ours:
+		// The release may not have reached the server: the lock may be
+		// held there until its TTL runs out. Err says so, and a later
+		// Release tries again (the state stays lost, not gone).
+		lk.mu.Lock()
+		lk.cause = fmt.Errorf("%w, but the release may not have reached the server (%v): the server may hold the lock until its TTL runs out; Release again to retry", ErrReleased, err)
+		lk.mu.Unlock()
 	}
 	return err
+}
+
+// gone records that the server no longer holds the lock for us, after a
+// release; cause, if not nil, replaces the reason recorded so far (a
+// release that failed before).
+func (lk *lock) gone(cause error) {
+	lk.mu.Lock()
+	lk.setStateLocked(stateGone, cause, endReleased)
+	if cause != nil {
+		lk.cause = cause
+	}
+	lk.mu.Unlock()
+	lk.c.untrack(lk)
 }

@@ -138,8 +138,22 @@ type Lock interface {
 	Refresh(ctx context.Context, ttl time.Duration) error
 	// TTL returns the remaining validity of the lock.
 	TTL(ctx context.Context) (time.Duration, error)
-	// Release frees the lock. It never deletes another holder's lock and
-	// returns ErrNotHeld if the lock was already lost or released.
+	// Release frees the lock. It never deletes another holder's lock.
+	//
+	// The release is not cut short by ctx: it goes out, and is waited
+	// for, even when ctx is already cancelled or past its deadline (a
+	// deferred Release with a handler's request context), for at most 10
+	// seconds; ctx's values (a trace) are kept. If it still fails, Err
+	// says that the server may hold the lock until its TTL runs out, and
+	// a later Release tries again.
+	//
+	// Release returns ErrNotHeld, wrapping the reason, if the lock was
+	// already released or Lost had closed before the call (its validity
+	// ran out, WithMaxHold, a refresh or the backend found it gone); it
+	// still deletes the lock from the server if it is there, so that the
+	// key is free at once. Once Close has begun, Release returns ErrClosed
+	// and lets the lock go here (Lost closes); Close deletes it from the
+	// server.
 	Release(ctx context.Context) error
 	// Lost returns a channel closed when the lock is released or may no
 	// longer be held: a refresh found it gone, the backend reported it
@@ -326,9 +340,8 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 			lostErr = cause
 		}
 		cancel(nil)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer rcancel()
-		relErr = lk.Release(rctx)
+		relErr = lk.Release(ctx) // goes out even if ctx has ended
+
 		if lostErr != nil && errors.Is(relErr, ErrNotHeld) {
 			relErr = nil // already reported as lost
 		}
@@ -343,6 +356,6 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 	return errors.Join(fnErr, lostErr, relErr)
 }
 
-// releaseTimeout bounds the releases Do and Close make on the caller's
-// behalf after the caller's context may have ended.
+// releaseTimeout bounds a release, which is not cut short by its caller's
+// context (see Lock.Release).
 const releaseTimeout = 10 * time.Second

@@ -30,10 +30,10 @@ var registry = struct {
 	m map[string]Opener
 }{m: map[string]Opener{}}
 
-// Register makes a URL scheme available to Open. Backend packages call it
-// from init. It panics if scheme is empty, o is nil, or the scheme is
-// already registered, as database/sql.Register does: these are programming
-// errors found at start-up.
+// Register is for backend packages: it makes a URL scheme available to
+// Open. They call it from init. It panics if scheme is empty, o is nil, or
+// the scheme is already registered, as database/sql.Register does: these
+// are programming errors found at start-up.
 func Register(scheme string, o Opener) {
 	scheme = strings.ToLower(scheme)
 	if scheme == "" || o == nil {
@@ -201,12 +201,12 @@ func WithTelemetryKeys(on bool) OpenOption {
 	return func(c *Config) { c.TelemetryKeys = on }
 }
 
-// CheckConfig reports whether cfg suits the driver d: no nil Option among
-// its Defaults, and a default TTL within d's range (Capabilities.MinTTL and
-// MaxTTL, and long enough to leave validity after the clock-drift
-// allowance). A backend's constructor calls it before New, so that a bad
-// configuration fails there rather than at every Acquire; Open checks the
-// same.
+// CheckConfig is for backends' typed constructors: it reports whether cfg
+// suits the driver d: no nil Option among its Defaults, and a default TTL
+// within d's range (Capabilities.MinTTL and MaxTTL, and long enough to
+// leave validity after the clock-drift allowance). A backend's constructor
+// calls it before New, so that a bad configuration fails there rather than
+// at every Acquire; Open checks the same.
 func CheckConfig(d backend.Driver, cfg *Config) error {
 	if d == nil {
 		return errors.New("nil driver")

@@ -21,6 +21,8 @@ var cases = []Case{
 	{"fifo-order", "Where Capabilities.FIFO is true, blocked Acquire calls get the key in the order they queued", caseFIFO},
 	{"waiter-gets-full-ttl", "A lock granted after a long wait is valid for its whole TTL from the grant, not from the start of the wait", caseWaiterFullTTL},
 	{"double-release", "A second Release returns ErrNotHeld, as do Refresh and TTL after Release", caseDoubleRelease},
+	{"release-cancelled-context", "Release with a context already cancelled still frees the key at once and reports success", caseReleaseCancelledContext},
+	{"release-after-lost", "Release right after Lost closed (the TTL ran out without a refresh) returns ErrNotHeld naming why, whether or not the server still had the key", caseReleaseAfterLost},
 	{"stale-owner", "After A's lock expires and B acquires the key, A's Release, Refresh and TTL return ErrNotHeld and B still holds the key", caseStaleOwner},
 	{"auto-refresh", "With auto-refresh on, a lock outlives several TTLs while its holder lives, and Lost stays open", caseAutoRefresh},
 	{"crashed-holder-expiry", "A holder cut off without releasing (auto-refresh on) stops blocking others within TTL + ExpirySlack, and its own Lost closes", caseCrashedHolder},
@@ -163,6 +165,36 @@ func caseDoubleRelease(t *T) {
 	t.WantErr(lk.Refresh(t.Context(), t.LongTTL()), locker.ErrNotHeld, "Refresh after Release")
 	_, err := lk.TTL(t.Context())
 	t.WantErr(err, locker.ErrNotHeld, "TTL after Release")
+}
+
+func caseReleaseCancelledContext(t *T) {
+	l := t.Locker()
+	key := t.Key("k")
+	lk := t.Acquire(l, key, locker.WithTTL(t.LongTTL()))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := lk.Release(ctx); err != nil {
+		t.Errorf("Release with a cancelled context = %v; want the release sent anyway (a deferred Release with a finished request's context)", err)
+	}
+	if !isClosed(lk.Lost()) {
+		t.Errorf("Lost() still open after Release returned")
+	}
+	// Free now, not once the long TTL runs out.
+	t.Release(t.TryAcquire(t.Locker(), key))
+}
+
+func caseReleaseAfterLost(t *T) {
+	l := t.Locker()
+	key := t.Key("k")
+	ttl := t.TTL()
+	lk := t.Acquire(l, key, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
+	if !t.ClosedWithin(lk.Lost(), t.ExpiryBound(ttl)) {
+		t.Fatalf("Lost() still open %v after Acquire with a %v TTL and no refresh", t.ExpiryBound(ttl), ttl)
+	}
+	err := lk.Release(t.Context())
+	t.WantErr(err, locker.ErrNotHeld, "Release right after Lost closed")
+	t.WantErr(err, locker.ErrExpired, "Release right after Lost closed")
+	t.WantErr(lk.Release(t.Context()), locker.ErrNotHeld, "a second Release")
 }
 
 func caseStaleOwner(t *T) {
