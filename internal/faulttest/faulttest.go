@@ -772,9 +772,10 @@ func (w *worker) do(ctx context.Context, p *proc, key string) {
 	opts := w.lockOptions()
 	panics := w.rng.IntN(5) == 0
 	entered := false
+	var held locker.Lock
 	began := time.Now()
 	err := w.callDo(dctx, p.Locker, key, func(fctx context.Context, lk locker.Lock) error {
-		entered = true
+		entered, held = true, lk
 		w.r.count("do")
 		b := w.r.oracle.add(p, key, "do", lk)
 		w.hold(fctx, b)
@@ -791,6 +792,16 @@ func (w *worker) do(ctx context.Context, p *proc, key string) {
 	}, opts)
 	if !entered && err != nil {
 		w.failed("do", p, key, began, err)
+	}
+	// However fn ended, a panic included, Do has let the lock go by the
+	// time it returns: Lost is closed (the release itself may fail on a
+	// cut link; the holder has let go all the same).
+	if entered && !closed(held.Lost()) {
+		how := "returned"
+		if errors.Is(err, errPanic) {
+			how = "panicked"
+		}
+		w.r.violate("key %q: %s's Do returned, after fn %s, with its lock's Lost still open: the lock was not released", key, p.name, how)
 	}
 }
 
