@@ -110,8 +110,8 @@ var diagnosers = struct {
 	m map[string]Diagnoser
 }{m: map[string]Diagnoser{}}
 
-// RegisterDiagnoser makes the checks of a URL scheme available to
-// Diagnose. Backend packages call it from init, beside Register. It
+// RegisterDiagnoser is for backend packages: it makes the checks of a URL
+// scheme available to Diagnose. They call it from init, beside Register. It
 // panics if scheme is empty, d is nil, or the scheme already has a
 // Diagnoser, as Register does.
 func RegisterDiagnoser(scheme string, d Diagnoser) {
@@ -201,12 +201,12 @@ const (
 	rttFailDivisor = 3
 )
 
-// RTTFinding judges the round-trip time rtt to target against the TTL
-// ttl, with the thresholds every backend's Diagnoser uses: a warning above
-// a tenth of the TTL, a failure above a third (the watchdog refreshes at a
-// third of the TTL, so a round trip longer than that leaves no time to
-// retry a refresh before the lock expires). how says how rtt was measured
-// ("median of 5 PINGs").
+// RTTFinding is for backends' Diagnosers: it judges the round-trip time rtt
+// to target against the TTL ttl, with the thresholds every backend's
+// Diagnoser uses: a warning above a tenth of the TTL, a failure above a
+// third (the watchdog refreshes at a third of the TTL, so a round trip
+// longer than that leaves no time to retry a refresh before the lock
+// expires). how says how rtt was measured ("median of 5 PINGs").
 func RTTFinding(target string, rtt, ttl time.Duration, how string) Finding {
 	f := Finding{Check: "rtt", Target: target}
 	share := "under 0.1%"
@@ -229,12 +229,12 @@ func RTTFinding(target string, rtt, ttl time.Duration, how string) Finding {
 	return f
 }
 
-// SizeFinding judges the size of a replicated deployment for the check
-// named check: voters voting members, of which the URL names named. A
-// single member, an even number of them, or a URL that names fewer than
-// all warns, each with its reason and fix; detail (what was found) starts
-// the finding's Detail. member names a member in the backend's words
-// ("member", "server").
+// SizeFinding is for backends' Diagnosers: it judges the size of a
+// replicated deployment for the check named check: voters voting members,
+// of which the URL names named. A single member, an even number of them, or
+// a URL that names fewer than all warns, each with its reason and fix;
+// detail (what was found) starts the finding's Detail. member names a
+// member in the backend's words ("member", "server").
 func SizeFinding(check, target, detail string, voters, named int, member string) Finding {
 	f := Finding{Check: check, Target: target, Detail: detail}
 	var issues, fixes []string
@@ -258,12 +258,12 @@ func SizeFinding(check, target, detail string, voters, named int, member string)
 	return f
 }
 
-// TTLFinding judges the TTL ttl against the range of the driver d (its
-// Capabilities' MinTTL and MaxTTL) and its clock-drift allowance, as Open
-// judges a default TTL, under the check name "ttl". It serves backends
-// whose range needs no server to learn (Redis, Redlock, memory): d may be
-// a driver that never connected, as only its Capabilities and Drift are
-// read.
+// TTLFinding is for backends' Diagnosers: it judges the TTL ttl against the
+// range of the driver d (its Capabilities' MinTTL and MaxTTL) and its
+// clock-drift allowance, as Open judges a default TTL, under the check name
+// "ttl". It serves backends whose range needs no server to learn (Redis,
+// Redlock, memory): d may be a driver that never connected, as only its
+// Capabilities and Drift are read.
 func TTLFinding(d backend.Driver, ttl time.Duration) Finding {
 	c := configure(d, nil)
 	span := fmt.Sprintf("from %v", c.caps.MinTTL)

@@ -34,6 +34,31 @@ func Example() {
 	// done: <nil>
 }
 
+// Acquire waits for as long as its context lets it: give it a deadline to
+// bound the wait. A key still held when the deadline passes fails with the
+// context's error.
+func ExampleLocker_Acquire_timeout() {
+	ctx := context.Background()
+	l, _ := locker.Open(ctx, "memory://example-timeout")
+	defer l.Close()
+	holder, _ := l.Acquire(ctx, "jobs/nightly")
+
+	wait, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := l.Acquire(wait, "jobs/nightly")
+	fmt.Println("timed out:", errors.Is(err, context.DeadlineExceeded))
+
+	holder.Release(ctx)
+	wait, cancel = context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	lk, err := l.Acquire(wait, "jobs/nightly")
+	fmt.Println("acquired after the release:", err == nil)
+	lk.Release(ctx)
+	// Output:
+	// timed out: true
+	// acquired after the release: true
+}
+
 func ExampleLocker_TryAcquire() {
 	ctx := context.Background()
 	l, _ := locker.Open(ctx, "memory://example-try")
