@@ -469,11 +469,10 @@ func (lk *lock) releaseOp(ctx context.Context) error {
 	return opErr("release", lk.key, lk.release(ctx))
 }
 
-// release lets the lock go. The request goes out under a context detached
-// from ctx's cancellation and deadline (its values stay), bounded by
-// releaseTimeout: a caller whose context has ended (a handler's request
-// context, deferred Release) still frees the key at once instead of
-// leaving it held on the server for the rest of its TTL.
+// release lets the lock go. The request goes out under releaseContext:
+// a caller whose context has ended (a handler's request context, deferred
+// Release) still frees the key at once instead of leaving it held on the
+// server for the rest of its TTL.
 //
 // One rule on every backend: Release of a lock whose Lost closed for
 // another reason than a Release (its validity ran out, WithMaxHold, a
@@ -483,7 +482,7 @@ func (lk *lock) releaseOp(ctx context.Context) error {
 // within the drift allowance, or not) does not change what the caller is
 // told.
 func (lk *lock) release(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	ctx, cancel := releaseContext(ctx)
 	defer cancel()
 	lk.mu.Lock()
 	if lk.state == stateGone {
@@ -522,6 +521,20 @@ func (lk *lock) release(ctx context.Context) error {
 		lk.mu.Unlock()
 	}
 	return err
+}
+
+// releaseContext returns the context a release is sent under: ctx's
+// values, not its cancellation, bounded by releaseTimeout and by ctx's
+// deadline if that has not passed yet (a bound the caller chose and can
+// still keep). A ctx already done when Release is called (cancelled, or
+// past its deadline) bounds nothing: the caller has ended, the lock has
+// not.
+func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := releaseTimeout
+	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil {
+		d = min(d, time.Until(dl))
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
 // gone records that the server no longer holds the lock for us, after a

@@ -140,12 +140,13 @@ type Lock interface {
 	TTL(ctx context.Context) (time.Duration, error)
 	// Release frees the lock. It never deletes another holder's lock.
 	//
-	// The release is not cut short by ctx: it goes out, and is waited
-	// for, even when ctx is already cancelled or past its deadline (a
-	// deferred Release with a handler's request context), for at most 10
-	// seconds; ctx's values (a trace) are kept. If it still fails, Err
-	// says that the server may hold the lock until its TTL runs out, and
-	// a later Release tries again.
+	// The release is not cut short by the cancellation of ctx: it goes
+	// out, and is waited for, even when ctx is already cancelled or past
+	// its deadline (a deferred Release with a handler's request context),
+	// for at most 10 seconds; ctx's values (a trace) are kept. A deadline
+	// of ctx that has not passed when Release is called still bounds the
+	// wait. If the release fails, Err says that the server may hold the
+	// lock until its TTL runs out, and a later Release tries again.
 	//
 	// Release returns ErrNotHeld, wrapping the reason, if the lock was
 	// already released or Lost had closed before the call (its validity

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/backend"
@@ -22,6 +23,9 @@ type netDriver struct {
 	*memstore.Driver
 	drop      atomic.Bool
 	lostEarly bool
+	// stallRelease, if set, holds every Release until closed or its
+	// context ends.
+	stallRelease chan struct{}
 	// stall, if set, holds every Acquire of key "stall" until closed,
 	// whatever its context: a driver slow to give up. stalled is closed
 	// once one waits there.
@@ -65,6 +69,13 @@ var errInTransit = errors.New("netDriver: connection reset")
 func (h *netHeld) Release(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s := h.d.stallRelease; s != nil {
+		select {
+		case <-s:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if h.d.drop.Load() {
 		return errInTransit
@@ -211,6 +222,34 @@ func TestReleaseWhileClosing(t *testing.T) {
 	lk2, err := other.TryAcquire(ctx, "k")
 	if err != nil {
 		t.Fatalf("the key once Close returned: %v, want Close to have released it", err)
+	}
+	lk2.Release(ctx)
+}
+
+// TestReleaseKeepsLiveDeadline: a deadline of Release's context that has
+// not passed when Release is called still bounds the wait (only an ended
+// context is set aside); a release that runs out of it fails and can be
+// retried.
+func TestReleaseKeepsLiveDeadline(t *testing.T) {
+	d, l, other := newNet(t)
+	ctx := context.Background()
+	lk, err := l.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stallRelease = make(chan struct{})
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := lk.Release(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release with a live 50ms deadline over a stalled network = %v, want DeadlineExceeded", err)
+	}
+	close(d.stallRelease)
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("Release again: %v", err)
+	}
+	lk2, err := other.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
 	}
 	lk2.Release(ctx)
 }
