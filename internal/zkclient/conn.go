@@ -108,22 +108,27 @@ func connectTimeout(session time.Duration, n int) time.Duration {
 // A Conn is a ZooKeeper session over one connection at a time. Its
 // methods may be called from any goroutine.
 type Conn struct {
-	cfg      Config
-	servers  []string
-	askMs    int32
-	log      *slog.Logger
-	ctx      context.Context // ended by Close: stops a dial
-	cancel   context.CancelFunc
-	closing  chan struct{} // closed by Close
-	done     chan struct{} // closed when run returns
-	first    chan struct{} // closed on the first session granted
-	closer   sync.Once
-	ending   atomic.Bool // closeSession sent: the server hanging up is no drop
-	lastErr  atomic.Pointer[error]
-	session  atomic.Int64
-	granted  atomic.Int64 // ns
-	server   atomic.Pointer[string]
-	lastSent atomic.Int64 // unix ns of the latest write
+	cfg     Config
+	servers []string
+	askMs   int32
+	log     *slog.Logger
+	ctx     context.Context // ended by Close: stops a dial
+	cancel  context.CancelFunc
+	closing chan struct{} // closed by Close
+	done    chan struct{} // closed when run returns
+	first   chan struct{} // closed on the first session granted
+	closer  sync.Once
+	ending  atomic.Bool // Close began: requests are refused, drops not reported
+	// closeSent: the closeSession request went out on a connection, so
+	// the server hanging up on it ends the session and there is nothing
+	// to reconnect for. Until then, a Close between connections waits for
+	// the next one to send it.
+	closeSent atomic.Bool
+	lastErr   atomic.Pointer[error]
+	session   atomic.Int64
+	granted   atomic.Int64 // ns
+	server    atomic.Pointer[string]
+	lastSent  atomic.Int64 // unix ns of the latest write
 
 	// wmu orders the sending: xids are handed out, requests queued as
 	// pending and written under it, so that pending is in the order of
@@ -320,7 +325,7 @@ func (c *Conn) run() {
 		case errors.Is(err, gozk.ErrAuthFailed):
 			c.authFailed(server)
 			return
-		case c.ending.Load():
+		case c.closeSent.Load():
 			<-c.closing
 			return
 		case time.Since(start) < stable:
@@ -428,6 +433,9 @@ func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 	for _, r := range c.queued {
 		c.pending.push(r)
 		e.b = append(e.b, r.frame...)
+		if r.op == opCloseSession {
+			c.closeSent.Store(true)
+		}
 	}
 	c.pmu.Unlock()
 	clear(c.queued)
@@ -457,12 +465,12 @@ func (c *Conn) handshake(nc net.Conn, deadline time.Time) (*frameReader, connect
 	req.encode(&e)
 	c.lastSent.Store(time.Now().UnixNano())
 	if _, err := nc.Write(e.b); err != nil {
-		return nil, resp, err
+		return nil, resp, noAnswer(err)
 	}
 	fr := newFrameReader(nc)
 	b, err := fr.next()
 	if err != nil {
-		return nil, resp, fmt.Errorf("no answer to the session request: %w", err)
+		return nil, resp, noAnswer(err)
 	}
 	if err := resp.decode(b); err != nil {
 		return nil, resp, err
@@ -819,6 +827,9 @@ func (c *Conn) send(rs ...*request) {
 	c.pmu.Lock()
 	for _, r := range rs {
 		c.pending.push(r)
+		if r.op == opCloseSession {
+			c.closeSent.Store(true)
+		}
 	}
 	c.pmu.Unlock()
 	b := rs[0].frame

@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -419,10 +424,34 @@ func TestSlowLink(t *testing.T) {
 
 // TestCloseWhileAway: Close between connections ends the session on the
 // next one, so that its ephemeral nodes go at once rather than a session
-// timeout later.
+// timeout later. Close here begins right as the connection drops, before
+// the Conn decides whether to connect again: it must still connect, to
+// send the closeSession that waits for a connection.
 func TestCloseWhileAway(t *testing.T) {
 	f := &faults{}
-	c, ch := connect(t, 30*time.Second, f)
+	ch := newChanges()
+	var c *Conn
+	var armed atomic.Bool
+	closed := make(chan struct{})
+	onChange := func(x Change) {
+		ch.add(x)
+		if x.State == StateDisconnected && armed.Load() {
+			go func() {
+				c.Close()
+				close(closed)
+			}()
+			for !c.ending.Load() { // Close has begun before the Conn goes on
+				runtime.Gosched()
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Config{Servers: []string{server(t)}, SessionTimeout: 30 * time.Second, OnChange: onChange, Dial: f.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	o := observer(t)
 	root := tree(t, c, "closeaway")
 	eph, err := c.Create(root+"/e", nil, gozk.FlagEphemeral, worldACL)
@@ -433,14 +462,8 @@ func TestCloseWhileAway(t *testing.T) {
 	f.mu.Lock()
 	f.gate = gate
 	f.mu.Unlock()
-	seen := len(ch.list())
+	armed.Store(true)
 	f.cut(false)
-	ch.await(t, seen, StateDisconnected)
-	closed := make(chan struct{})
-	go func() {
-		c.Close()
-		close(closed)
-	}()
 	testenv.WaitFor(t, 10*time.Second, "the closeSession request waiting for a connection", func() bool { return c.queuedLen() == 1 })
 	if _, _, err := c.Children(root); !errors.Is(err, gozk.ErrClosing) {
 		t.Fatalf("a request while Close ends the session: %v, want ErrClosing", err)
@@ -573,4 +596,69 @@ func listenClosed() (string, error) {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr, nil
+}
+
+// TestClosedBeforeAnswer: a server that accepts a connection and closes it
+// before answering the session request, as ZooKeeper does to a client
+// address past its maxClientCnxns, gets an error that names that limit as
+// a likely cause, from Probe and from Connect alike. The listener here
+// stands for nothing but a connection closed at once.
+func TestClosedBeforeAnswer(t *testing.T) {
+	ln, err := listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	defer func() {
+		ln.Close()
+		<-accepting
+	}()
+	addr := ln.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = Probe(ctx, addr, time.Second, 0)
+	if err == nil || !strings.Contains(err.Error(), "maxClientCnxns") {
+		t.Errorf("Probe of a server that closes at once: %v, want maxClientCnxns named as a likely cause", err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer ccancel()
+	_, err = Connect(cctx, Config{Servers: []string{addr}, SessionTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "maxClientCnxns") {
+		t.Errorf("Connect to a server that closes at once: %v, want maxClientCnxns named as a likely cause", err)
+	}
+}
+
+// TestClosedEarly: the errors of a connection the server closed at once
+// (as a server past its maxClientCnxns does), however the kernel reports
+// it, name the limit; a refused connection does not.
+func TestClosedEarly(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{io.EOF, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.EPIPE)}, true},
+		{&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false},
+		{os.ErrDeadlineExceeded, false},
+	} {
+		if got := closedEarly(tc.err); got != tc.want {
+			t.Errorf("closedEarly(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+		if got := strings.Contains(noAnswer(tc.err).Error(), "maxClientCnxns"); got != tc.want {
+			t.Errorf("noAnswer(%v) names the limit: %v, want %v", tc.err, got, tc.want)
+		}
+	}
 }

@@ -2,9 +2,12 @@ package zkclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -27,6 +30,11 @@ func Probe(ctx context.Context, server string, ask time.Duration, pings int) (Pr
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", server)
 	if err != nil {
+		if closedEarly(err) {
+			// The server took the connection in and closed it at once,
+			// before the dial had even finished.
+			return out, fmt.Errorf("%w: %s", err, limitHint)
+		}
 		return out, err
 	}
 	defer nc.Close()
@@ -39,12 +47,12 @@ func Probe(ctx context.Context, server string, ask time.Duration, pings int) (Pr
 	var e encoder
 	(&connectRequest{timeout: int32(ms)}).encode(&e)
 	if _, err := nc.Write(e.b); err != nil {
-		return out, err
+		return out, noAnswer(err)
 	}
 	fr := newFrameReader(nc)
 	b, err := fr.next()
 	if err != nil {
-		return out, fmt.Errorf("no answer to a session request: %w", err)
+		return out, noAnswer(err)
 	}
 	var resp connectResponse
 	if err := resp.decode(b); err != nil {
@@ -82,4 +90,30 @@ func Probe(ctx context.Context, server string, ask time.Duration, pings int) (Pr
 		fr.next()
 	}
 	return out, nil
+}
+
+// noAnswer is the error for a session request that got no answer because
+// reading it failed with err. A server that closes a new connection
+// before answering (the read ends with EOF, or a reset when the request
+// reached an already closed socket) is most often ZooKeeper refusing a
+// client address past its maxClientCnxns: it accepts the connection and
+// closes it at once, logging why only on its side. Saying so spares
+// the user a hunt through the network for a server that is up.
+func noAnswer(err error) error {
+	if closedEarly(err) {
+		return fmt.Errorf("no answer to a session request: %w: %s", err, limitHint)
+	}
+	return fmt.Errorf("no answer to a session request: %w", err)
+}
+
+// limitHint says what most often makes a server close a new connection.
+const limitHint = "the server closed the connection before answering; " +
+	"a limit on connections per client address (ZooKeeper's maxClientCnxns, 60 by default) is a likely cause"
+
+// closedEarly reports whether err says that the server closed the
+// connection: EOF, or a reset or broken pipe (a write, or even the dial's
+// completion, meeting a socket the server already closed). A refused
+// connection is not one: nothing listens there.
+func closedEarly(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
