@@ -138,8 +138,9 @@
 // another create revision or on a lease the entry is not on (our lease no
 // longer bounds it): the Locker's watch reports that as soon as etcd
 // delivers the change (for a lock held less than 100 ms, when the watch
-// starts; see below), and a Refresh, which reads the entry, finds it
-// too; when the server says the lease is gone (at the next keepalive);
+// starts; see below), and a Refresh or a Lock.TTL, each of which reads
+// the entry, finds it too; when the server says the lease is gone (at the
+// next keepalive);
 // and when the lease lapses:
 // its confirmed validity, less the drift allowance, passes without a
 // newer keepalive answered. The lapse has a timer of its own, which
@@ -153,7 +154,11 @@
 // etcd, and later locks with that TTL get a new lease; Release of a lock
 // lost with its lease returns ErrNotHeld without a request. A request
 // that cannot reach etcd waits for it no longer than the lease it is made
-// for lives.
+// for lives. Where the Locker deletes a lost lock's entry itself (one on
+// a lease it is not on, or left on another lease of ours by a move when
+// the lease it was on ends), Lost closes before the delete is sent: the
+// delete frees the key, and no waiter may be granted it while the old
+// holder's Lost is still open.
 //
 // The watch is one per Locker, on its whole namespace, from the moment
 // one of its locks has been held for 100 ms until a minute after its last

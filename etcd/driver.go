@@ -232,6 +232,7 @@ type hooks struct {
 	change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
 	due       func()                     // the watcher is about to check whether a lock has been held for watchAfter
 	moved     func(entry string)         // a move's transaction returned, before its outcome is taken in
+	removing  func(entry string)         // the delete of a done lock's entry was started (removeLater), on the goroutine that started it
 }
 
 var testHooks atomic.Pointer[hooks]
@@ -340,17 +341,29 @@ func (h *held) judge(kv *mvccpb.KeyValue, rev int64) int {
 // no longer bounds it, so the entry is deleted here, as Expire does,
 // rather than left to block the key for as long as that lease lives; a
 // delete that fails is retried by the sweeper of each lease of ours it may
-// be on, that one included.
+// be on, that one included. The delete frees the key, so it goes out only
+// once the holder has been told (see tell).
 func (h *held) lostElsewhere(cause error, on int64) {
 	ls := h.finish()
 	if ls == nil {
 		return
 	}
+	h.tell(cause)
 	all := ls
 	if x := h.d.leaseByID(on); x != nil && !slices.Contains(ls, x) {
 		all = append(append([]*lease(nil), ls...), x)
 	}
 	h.removeLater(ls, all)
+}
+
+// tell reports h, finished, lost for cause to package locker
+// (Request.OnLost), which closes Lost before it returns. Whoever finds a
+// lock lost tells before anything it does frees the key (deleting the
+// entry): a waiter could otherwise be granted the key while the old
+// holder's Lost is still open, and both would believe they held it.
+// (Expire and Release need not: package locker closed Lost before it
+// called them.)
+func (h *held) tell(cause error) {
 	if h.onLost != nil {
 		h.onLost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
 	}
@@ -384,25 +397,11 @@ func (h *held) lostEntry(cause error, deleted bool) {
 	if deleted {
 		h.freeName()
 	}
-	if h.onLost != nil {
-		h.onLost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
-	}
+	h.tell(cause)
 }
 
 func (h *held) own() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
-}
-
-// check reports whether our entry is still there, linearizably. The read
-// in the transaction matters: etcd serves a transaction without range
-// reads as a serializable one, from whichever member gets it, and a
-// follower behind the leader would answer for a past state.
-func (h *held) check(ctx context.Context) (bool, error) {
-	resp, err := h.d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpGet(h.key, clientv3.WithCountOnly())).Commit()
-	if err != nil {
-		return false, wrap(ctx, err)
-	}
-	return resp.Succeeded, nil
 }
 
 // finish marks h done and returns the leases it was on, each holding one
@@ -432,27 +431,27 @@ func (h *held) drop(ls []*lease) {
 // but a lease change whose outcome is unknown may have left it on another
 // lease of ours (h.others), which lives on: there it would block the key
 // for as long as that lease is kept alive, so it is deleted, as Expire
-// does, off the caller's goroutine (l's death reports every lock on it).
+// does, off the caller's goroutine (l's death reports every lock on it),
+// once the holder has been told (see tell).
 func (h *held) lost(l *lease, cause error) {
 	ls := h.finish()
 	if ls == nil {
 		return
 	}
+	h.tell(cause)
 	if slices.ContainsFunc(ls, func(o *lease) bool { return o != l && !o.isDead() }) {
 		h.removeLater(ls, ls)
 	} else {
 		h.drop(ls)
-	}
-	if h.onLost != nil {
-		h.onLost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
 	}
 }
 
 // removeLater deletes h's entry, done (ls from finish), from the leases
 // all it may be on, then drops ls, off the caller's goroutine: the callers
 // (a dying lease, the watcher) report other locks, whose loss must not
-// wait on this round trip. Closing, it only drops ls: the leases are
-// revoked, and the entry goes with them.
+// wait on this round trip. The delete frees the key: a caller that found
+// h lost has told its holder first (tell). Closing, it only drops ls: the
+// leases are revoked, and the entry goes with them.
 func (h *held) removeLater(ls, all []*lease) {
 	d := h.d
 	if !d.track() {
@@ -466,6 +465,9 @@ func (h *held) removeLater(ls, all []*lease) {
 		h.remove(ctx, all)
 		h.drop(ls)
 	}()
+	if hk := testHooks.Load(); hk != nil && hk.removing != nil {
+		hk.removing(h.key)
+	}
 }
 
 // removeFrom deletes h's entry from l, a lease a change of ours put it
@@ -733,13 +735,26 @@ func (h *held) extend(l *lease, moved bool) error {
 	return nil
 }
 
+// TTL reads the entry, as Refresh does, and holds it to the same rule: the
+// lock is ours while its entry has our create revision and is on a lease
+// the lock may be on. An entry put on another lease, or none, is no longer
+// bounded by ours, whose time left would say nothing of it: it is lost, and
+// deleted, as the watcher would find it.
 func (h *held) TTL(ctx context.Context) (time.Duration, error) {
-	ok, err := h.check(ctx)
+	found, rev, err := h.d.lookup(ctx, []string{h.key})
 	if err != nil {
 		return 0, err
 	}
-	if !ok {
+	switch h.judge(found[0], rev) {
+	case entryDeleted:
 		h.gone()
+		return 0, backend.ErrNotHeld
+	case entryOverwritten:
+		// Someone else's entry under our name: the name stays reserved.
+		h.drop(h.finish())
+		return 0, backend.ErrNotHeld
+	case entryElsewhere:
+		h.lostElsewhere(errEntryMoved, found[0].Lease)
 		return 0, backend.ErrNotHeld
 	}
 	h.mu.Lock()

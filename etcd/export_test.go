@@ -30,13 +30,14 @@ type Hooks struct {
 	Change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
 	Due       func()                     // the watcher is about to check whether a lock has been held for watchAfter
 	Moved     func(entry string)         // a move's transaction returned, before its outcome is taken in
+	Removing  func(entry string)         // the delete of a lost (or expired) lock's entry was started, on the goroutine that started it: a test may block it while the delete goes on
 }
 
 // SetHooks installs h for the rest of the test, or until restore is
 // called. restore may be called more than once; it removes h only if no
 // later SetHooks replaced it.
 func SetHooks(t testing.TB, h Hooks) (restore func()) {
-	p := &hooks{watching: h.Watching, checking: h.Checking, put: h.Put, keepalive: h.Keepalive, held: h.Held, resync: h.Resync, resynced: h.Resynced, change: h.Change, due: h.Due, moved: h.Moved}
+	p := &hooks{watching: h.Watching, checking: h.Checking, put: h.Put, keepalive: h.Keepalive, held: h.Held, resync: h.Resync, resynced: h.Resynced, change: h.Change, due: h.Due, moved: h.Moved, removing: h.Removing}
 	testHooks.Store(p)
 	restore = func() { testHooks.CompareAndSwap(p, nil) }
 	t.Cleanup(restore)

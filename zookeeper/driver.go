@@ -51,6 +51,8 @@ type hooks struct {
 	decide       func()                         // a request's goroutine is about to say whose its outcome is
 	gaveUp       func()                         // a caller stopped waiting for its request's outcome
 	checking     func(ttl time.Duration, n int) // a multi of n checks goes out over the session of ttl
+	moved        func(path string)              // a move's transaction returned, before its outcome is taken in
+	deleting     func(path string)              // the delete of a held lock's node was queued, on the goroutine that queued it
 }
 
 var testHooks atomic.Pointer[hooks]
@@ -280,9 +282,24 @@ func (h *held) finish() bool {
 	return true
 }
 
+// lost reports h, finished, lost to package locker (Request.OnLost), which
+// closes Lost before it returns. Whoever finds a lock lost tells before it
+// deletes the node: the delete frees the key, and a waiter granted it
+// while the old holder's Lost was still open would hold it alongside a
+// holder that believes it still does. (Expire need not: package locker
+// closed Lost before it called it.)
 func (h *held) lost(err error) {
 	if h.onLost != nil {
 		h.onLost(err)
+	}
+}
+
+// deleteNode deletes h's node in s, in the background. It frees the key:
+// h is finished, and if it was lost, its holder has been told (lost).
+func (h *held) deleteNode(s *session) {
+	s.cleanup(h.path)
+	if hk := testHooks.Load(); hk != nil && hk.deleting != nil {
+		hk.deleting(h.path)
 	}
 }
 
@@ -296,7 +313,7 @@ func (h *held) Expire() {
 	if !h.finish() {
 		return
 	}
-	s.cleanup(h.path)
+	h.deleteNode(s)
 	h.lost(fmt.Errorf("%w: the %v TTL ran out without a refresh", backend.ErrNotHeld, ttl))
 }
 
@@ -308,12 +325,12 @@ func (h *held) sessionEnded(cause error) {
 	if !h.finish() {
 		return
 	}
+	h.lost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
 	if !errors.Is(cause, errSessionExpired) && !errors.Is(cause, errSessionClosed) {
 		// Presumed expired, or granted a shorter timeout: the session may
 		// live on, and our node must not stay behind in it.
-		s.cleanup(h.path)
+		h.deleteNode(s)
 	}
-	h.lost(fmt.Errorf("%w: %w", backend.ErrNotHeld, cause))
 }
 
 // begin takes the lock's turn for one round trip.
@@ -360,11 +377,13 @@ func (h *held) check(ctx context.Context, s *session, ep *epoch, owner int64) er
 		return fmt.Errorf("%w: the lock node is gone", backend.ErrNotHeld)
 	case st.EphemeralOwner != owner:
 		// Not ours any more (a move between sessions that was
-		// interrupted); make sure it goes.
+		// interrupted); make sure it goes, once the holder is told.
+		err := fmt.Errorf("%w: the lock node belongs to another session", backend.ErrNotHeld)
 		if h.finish() {
-			s.cleanup(h.path)
+			h.lost(err)
+			h.deleteNode(s)
 		}
-		return fmt.Errorf("%w: the lock node belongs to another session", backend.ErrNotHeld)
+		return err
 	case ep.ended():
 		// The epoch ended while the read was out: an answer that came back
 		// on a connection granted a shorter session (whose epoch ends
@@ -450,6 +469,9 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 		}
 		return err
 	}, nil)
+	if hk := testHooks.Load(); hk != nil && hk.moved != nil {
+		hk.moved(h.path)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, gozk.ErrNoNode):
@@ -458,12 +480,14 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 		return fmt.Errorf("%w: the lock node is gone", backend.ErrNotHeld)
 	case ambiguous(err):
 		// Deleting the node settles it: a late transaction finds no node
-		// to delete and so creates none.
+		// to delete and so creates none. The holder is told first.
+		err = fmt.Errorf("%w: moving the lock to a session with the new TTL %v was interrupted: %w", backend.ErrNotHeld, key, err)
 		if h.finish() {
-			s1.cleanup(h.path)
+			h.lost(err)
+			h.deleteNode(s1)
 		}
 		s2.unref()
-		return fmt.Errorf("%w: moving the lock to a session with the new TTL %v was interrupted: %w", backend.ErrNotHeld, key, err)
+		return err
 	default:
 		s2.unref() // refused by the server: nothing changed
 		return err
@@ -479,11 +503,19 @@ func (h *held) adopt(s1, s2 *session, ep2 *epoch, key time.Duration) error {
 	s2.mu.Unlock()
 	h.mu.Lock()
 	if h.done || !same {
-		// Expired or lost while moving.
+		// Expired or lost while moving, or the epoch the node was made in
+		// ended: the node in s2 goes. In the latter case the lock ends
+		// here, and is told so before the delete frees the key.
+		done := h.done
 		h.mu.Unlock()
-		s2.cleanup(h.path)
+		err := backend.ErrNotHeld
+		if !done && h.finish() {
+			err = fmt.Errorf("%w: the session the lock was moving to ended: %w", backend.ErrNotHeld, ep2.err())
+			h.lost(err)
+		}
+		h.deleteNode(s2)
 		s2.unref()
-		return backend.ErrNotHeld
+		return err
 	}
 	h.s, h.ep, h.owner = s2, ep2, id
 	h.mu.Unlock()
