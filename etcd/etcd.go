@@ -48,6 +48,14 @@ const openTimeout = 5 * time.Second
 // smallest lease TTL the server grants, which becomes the Locker's MinTTL;
 // it fails if the server cannot be reached within 5 seconds.
 func New(c *clientv3.Client, opts *Options) (locker.Locker, error) {
+	switch {
+	case c == nil:
+		return nil, errors.New("etcd: New: the client is nil")
+	case c.KV == nil || c.Lease == nil || c.Watcher == nil:
+		// A Client literal rather than one from clientv3.New: its calls
+		// would dereference nil interfaces.
+		return nil, errors.New("etcd: New: the client has no KV, Lease or Watcher; make it with clientv3.New")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
 	return newLocker(ctx, c, false, opts)

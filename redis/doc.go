@@ -49,13 +49,35 @@
 // # Client libraries' logs
 //
 // The Locker logs through Config.Logger (locker.WithLogger), slog.Default
-// by default. go-redis also logs on its own, through one process-wide
-// logger (dial failures, Sentinel master switches); the library never
-// replaces it, as that belongs to the application. Route it with
-// goredis.SetLogger (an adapter with a Printf(ctx, format, args...)
-// method, e.g. one that calls slog.Default().Warn), or silence it with
-// logging.Disable from github.com/redis/go-redis/v9/logging. redigo does
-// not log.
+// when none is given, and nowhere else. go-redis also logs on its own
+// (a failed dial, a Sentinel master switch), through one logger for the
+// whole process, on stderr by default. The library never replaces that
+// logger, as it serves the application's own clients too; instead:
+//
+//   - A server found down is not dialled per request. Once a dial to it
+//     fails, the Locker's requests fail at once, without reaching the
+//     client, with an error that says the server is down and wraps the
+//     dial's error. The first request after a back-off (100ms, doubling
+//     up to 5s, reset by an answer) dials the server with the client's
+//     own dial function, which logs nothing (a failover client's asks
+//     the Sentinels first, and go-redis logs a Sentinel that fails), and
+//     goes on if the server accepts. An outage thus costs the lines of
+//     the requests in flight when it began (go-redis logs each retry's
+//     failed dial: up to 4 a request with its defaults), not a line per
+//     request, and a server that comes back is used again within about
+//     5 seconds. A request turned away would have failed all the same.
+//     Only a dial that fails marks a server down, not one that answers
+//     slowly or drops a connection. This holds for go-redis clients of
+//     one server (Sentinel's failover client included) and redigo pools;
+//     go-redis's Cluster and Ring clients track their nodes themselves.
+//   - RouteClientLogs sends go-redis's lines to a *slog.Logger, for an
+//     application that wants them there: one call at start-up, an opt-in
+//     because it changes the logger of every go-redis client in the
+//     process. Alternatively pass an adapter of your own to
+//     goredis.SetLogger, or silence go-redis with logging.Disable from
+//     github.com/redis/go-redis/v9/logging.
+//
+// redigo does not log.
 //
 // After Close returns, a Locker opened from a URL makes no connection to
 // any server: go-redis dials in goroutines that outlive the client's

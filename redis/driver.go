@@ -99,8 +99,13 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 // request may have reached the server and taken the lock, and only its
 // reply been lost (timeout, reset connection, cancelled context). The
 // compare-and-delete removes such an orphan, so it does not block others
-// for a whole TTL; it is harmless when the lock was never taken.
+// for a whole TTL; it is harmless when the lock was never taken. A
+// request that never left, its server being known to be down, took
+// nothing, and needs no cleanup.
 func (d *driver) abandon(req backend.Request, err error) error {
+	if redisconn.NotSent(err) {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if _, cerr := d.c.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(req.Key)},

@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"log"
+	"log/slog"
+	"os"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -27,4 +29,18 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer lk.Release(context.Background())
+}
+
+// An application that wants go-redis's own lines (a failed dial, a
+// Sentinel master switch) in its structured log, next to the Locker's,
+// routes them once at start-up: go-redis has one logger for the whole
+// process, so the library never does it on its own.
+func ExampleRouteClientLogs() {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	redis.RouteClientLogs(logger)
+	l, err := locker.Open(context.Background(), "redis://127.0.0.1:6379", locker.WithLogger(logger))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
 }

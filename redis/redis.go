@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -33,16 +34,23 @@ type Options struct {
 
 // New returns a Locker over a go-redis v9 client: a *Client for one server
 // (or a Sentinel failover client), or a *ClusterClient for Redis Cluster.
-// The Locker does not close c.
+// The Locker does not close c. A nil c, or a nil *Client or
+// *ClusterClient in it, is an error.
 func New(c goredis.UniversalClient, opts *Options) (locker.Locker, error) {
+	if redisconn.IsNil(c) {
+		return nil, fmt.Errorf("redis: New: the client is %s", redisconn.NilName(c))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), redisconn.OpenTimeout)
 	defer cancel()
 	return newLocker(ctx, redisconn.NewGoRedis(c, false), "", opts)
 }
 
 // NewRedigo returns a Locker over a redigo connection pool. The Locker
-// does not close p.
+// does not close p. A nil p is an error.
 func NewRedigo(p *redigo.Pool, opts *Options) (locker.Locker, error) {
+	if p == nil {
+		return nil, errors.New("redis: NewRedigo: the pool is nil")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), redisconn.OpenTimeout)
 	defer cancel()
 	return newLocker(ctx, redisconn.NewRedigo(p, false), "", opts)

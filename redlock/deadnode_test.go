@@ -151,10 +151,18 @@ func TestDeadNodeComesBack(t *testing.T) {
 	dead.Start()
 	c := goredis.NewClient(&goredis.Options{Addr: dead.Addr()})
 	defer c.Close()
+	logged := false
 	testenv.WaitFor(t, 30*time.Second, "lock taken on the node that came back", func() bool {
 		lk, err := l.TryAcquire(ctx, "k")
 		if err != nil {
-			t.Fatalf("TryAcquire with 5 of 5 nodes up: %v", err)
+			// The clients of the nodes just restarted found them down,
+			// and turn requests away until a check, at most 5s later,
+			// finds them up.
+			if !logged {
+				t.Logf("TryAcquire just after the restarts: %v", err)
+				logged = true
+			}
+			return false
 		}
 		defer lk.Release(ctx)
 		v, _ := c.Get(ctx, "redlock:{k:k}").Result()

@@ -18,6 +18,29 @@
 // says it is intended: with two nodes either one down stops all locking,
 // and one node is a single Redis server at Redlock's cost.
 //
+// Open, New and NewRedigo ask every node for its maxmemory-policy (see
+// Operating it), all at once, within ten node timeouts. When fewer than a
+// majority answer, no lock could ever be taken, so they fail, as the
+// other backends do when they cannot reach their servers, with an error
+// that names each node that did not answer and why. While a majority
+// answers, each node that does not is one warning through Config.Logger
+// (locker.WithLogger), and the Locker goes on without it (see A node
+// down).
+//
+// # Keys on the nodes
+//
+// Lock K is the string key redlock:{k:K} on every node (in the database
+// the URL selects), holding the holder's token (Lock.Token) and expiring
+// with the lock's TTL; nothing else is stored, as there is no fence
+// counter (see No fencing tokens). Releases are published on the channel
+// redlock:{k:K}:released. K is used as it is, unescaped: a fixed prefix
+// and a closing brace keep every key distinct, and apart from the redis
+// backend's locker:{k:K}, so the two backends can share servers without
+// mistaking each other's locks. (In the redis backend the braces are a
+// Cluster hash tag; Redlock's nodes are not a Cluster, and the braces
+// only keep the two layouts alike.) Keys are at most 1024 bytes. To look
+// at a lock by hand on a node: GET and PTTL of redlock:{k:K}.
+//
 // # The algorithm
 //
 //  1. Read the clock, t1. Send SET key token NX PX ttl, with one random
@@ -90,6 +113,15 @@
 // nodes are left unskipped, every node is asked, so that skipping never
 // costs a majority that the nodes would have given. Errors name each node
 // that failed or was skipped, with the last failure.
+//
+// Beneath the skipping, each node's client keeps the state of a node
+// whose dial failed, as in the redis package (# Client libraries' logs):
+// requests to it fail at once, without a dial, until one made after a
+// back-off (100ms, doubling up to 5s) finds, by a dial of its own that
+// logs nothing, that it accepts connections again. So neither the probes
+// nor the rounds that ask every node make go-redis log a failed dial per
+// request, and a node that comes back is used again within about 5
+// seconds.
 //
 // Skipping is safe: a majority is always counted over all N nodes, never
 // over the nodes asked, so a skipped node only withholds its vote, as a

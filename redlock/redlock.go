@@ -99,8 +99,8 @@ func New(clients []goredis.UniversalClient, opts *Options) (locker.Locker, error
 	conns := make([]redisconn.Conn, len(clients))
 	addrs := make([]string, len(clients))
 	for i, c := range clients {
-		if c == nil {
-			return nil, fmt.Errorf("redlock: client %d is nil", i)
+		if redisconn.IsNil(c) {
+			return nil, fmt.Errorf("redlock: New: client %d is %s", i, redisconn.NilName(c))
 		}
 		conns[i] = redisconn.NewGoRedis(c, false)
 		addrs[i] = clientAddr(c, i)
@@ -116,7 +116,7 @@ func NewRedigo(pools []*redigo.Pool, opts *Options) (locker.Locker, error) {
 	addrs := make([]string, len(pools))
 	for i, p := range pools {
 		if p == nil {
-			return nil, fmt.Errorf("redlock: pool %d is nil", i)
+			return nil, fmt.Errorf("redlock: NewRedigo: pool %d is nil", i)
 		}
 		conns[i] = redisconn.NewRedigo(p, false)
 		addrs[i] = "node " + strconv.Itoa(i)
@@ -154,14 +154,17 @@ func newLocker(ctx context.Context, conns []redisconn.Conn, addrs []string, opts
 	cctx, cancel := context.WithTimeout(ctx, 10*set.nodeTimeout)
 	defer cancel()
 	// Nodes that may evict lock keys are refused, as the redis package
-	// refuses its server. A node that cannot be reached is only logged:
-	// Redlock is meant to work with a minority of nodes down.
+	// refuses its server. A node that cannot be reached is only logged
+	// while a majority answers: Redlock is meant to work with a minority
+	// of nodes down. Without a majority no lock can be taken, and Open
+	// fails as the other backends do when they cannot reach their servers,
+	// instead of the first Acquire.
 	targets := make([]redisconn.Target, len(conns))
 	for i, c := range conns {
 		targets[i] = redisconn.Target{Conn: c, Name: addrs[i]}
 	}
 	if err := redisconn.CheckEviction(cctx, targets, redisconn.EvictionCheck{
-		Backend: "redlock", Allow: o.AllowEviction, TolerateUnreachable: true, Log: log,
+		Backend: "redlock", Allow: o.AllowEviction, Quorum: len(conns)/2 + 1, Log: log,
 	}); err != nil {
 		return nil, err
 	}

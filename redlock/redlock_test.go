@@ -159,27 +159,42 @@ func TestMajorityDown(t *testing.T) {
 }
 
 // TestMajorityUnresponsive puts three of five nodes behind proxies that
-// hold back every reply, as a hung or partitioned server would: Acquire
-// must give up on them after its per-node timeouts and fail with an error
-// that names them, instead of waiting for them. The replies are held until
-// the test ends, so no answer from those nodes can come in time, however
-// slow the machine.
+// hold back every reply, as a hung or partitioned server would. Open
+// fails, naming them. On a Locker opened before they hung, Acquire must
+// give up on them after its per-node timeouts and fail with an error
+// that names them, instead of waiting for them. The replies are held
+// until the test ends, so no answer from those nodes can come in time,
+// however slow the machine.
 func TestMajorityUnresponsive(t *testing.T) {
 	srv, _ := nodes(t, 5)
 	var hosts, hung []string
+	var proxies []*conformance.Proxy
 	for i, s := range srv {
 		if i >= 3 {
 			hosts = append(hosts, s.Addr())
 			continue
 		}
 		p := testenv.Proxy(t, s.Addr())
-		p.HoldReplies(true)
+		proxies = append(proxies, p)
 		hosts = append(hosts, p.Addr())
 		hung = append(hung, p.Addr())
 	}
 	const nodeTimeout = 50 * time.Millisecond
-	// The open-time checks of the hung nodes time out, which is logged.
-	l := mustOpen(t, "redlock://"+strings.Join(hosts, ",")+"?node_timeout="+nodeTimeout.String())
+	url := "redlock://" + strings.Join(hosts, ",") + "?node_timeout=" + nodeTimeout.String()
+	l := mustOpen(t, url)
+	for _, p := range proxies {
+		p.HoldReplies(true)
+	}
+	if other, err := locker.Open(context.Background(), url); err == nil {
+		other.Close()
+		t.Errorf("Open with 3 of 5 nodes hung succeeded; want an error naming them")
+	} else {
+		for _, h := range hung {
+			if !strings.Contains(err.Error(), h+": ") {
+				t.Errorf("Open with 3 of 5 nodes hung: %v; want it to name %s", err, h)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()

@@ -52,6 +52,9 @@ const openTimeout = 5 * time.Second
 // closed by the Locker, and a server-reported session expiry closes Lost
 // at once; with New, a session expiry is noticed by the next refresh.
 func New(c *gozk.Conn, opts *Options) (locker.Locker, error) {
+	if c == nil {
+		return nil, errors.New("zookeeper: New: the connection is nil")
+	}
 	var o Options
 	if opts != nil {
 		o = *opts

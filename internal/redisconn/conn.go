@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -159,4 +160,28 @@ func IsServerError(err error) bool {
 	}
 	var re redigo.Error
 	return errors.As(err, &re)
+}
+
+// IsNil reports whether v is nil, or an interface holding a nil pointer
+// (a typed nil, such as a nil *goredis.Client passed as a
+// UniversalClient), which the client library's methods would dereference
+// in a goroutine of their own, where the caller cannot recover the panic.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// NilName names a value that IsNil reports for an error message: "nil",
+// or "a nil *redis.Client" for a typed nil.
+func NilName(v any) string {
+	if v == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("a nil %T", v)
 }

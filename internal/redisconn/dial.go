@@ -121,7 +121,7 @@ func Dial(hosts []string, o ClientOptions) (Conn, error) {
 				ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, ContextTimeoutEnabled: true,
 			})
 		}
-		return &goredisConn{c: c, owned: true, gate: g}, nil
+		return guardGoRedis(&goredisConn{c: c, owned: true, gate: g}, c), nil
 	}
 	dialOpts := append(o.redigoOptions(dialer), redigo.DialDatabase(o.DB))
 	addr := hosts[0]

@@ -18,11 +18,14 @@ type EvictionCheck struct {
 	// Allow accepts a policy that can evict lock keys (Options.AllowEviction,
 	// allow_eviction=true in a URL).
 	Allow bool
-	// TolerateUnreachable logs a server that does not answer instead of
-	// failing: Redlock is meant to work with a minority of its nodes down.
-	// A TLS handshake that fails for want of configuration (plain text,
-	// an unverifiable certificate) fails all the same.
-	TolerateUnreachable bool
+	// Quorum, when positive, is how many targets must answer: Redlock's
+	// majority. Redlock is meant to work with a minority of its nodes
+	// down, so while Quorum targets answer, each one that does not is
+	// only logged; when fewer answer, the error names every one that did
+	// not, as no lock could be taken. Zero: every server must answer. A
+	// TLS handshake that fails for want of configuration (plain text, an
+	// unverifiable certificate) is an error all the same.
+	Quorum int
 	// Log receives the warnings.
 	Log *slog.Logger
 }
@@ -74,9 +77,18 @@ func CheckEviction(ctx context.Context, targets []Target, o EvictionCheck) error
 		errs = append(errs, fmt.Errorf("%s: maxmemory-policy is %s: under memory pressure Redis may evict lock keys (they all carry a TTL), and a second client would acquire a held lock; set maxmemory-policy noeviction, or accept the risk with Options.AllowEviction (allow_eviction=true in the URL)",
 			o.Backend, strings.Join(parts, ", ")))
 	}
+	down := map[int]bool{}
 	for _, r := range unreachable {
-		if o.TolerateUnreachable && !tlsMisconfigured(r.err) {
-			o.Log.Warn("locker/"+o.Backend+": node unreachable at open", "node", r.name, "err", r.err)
+		down[r.target] = true
+	}
+	if o.Quorum > 0 && len(targets)-len(down) < o.Quorum {
+		errs = append(errs, noQuorum(o.Backend, len(targets)-len(down), len(targets), o.Quorum, unreachable))
+		return errors.Join(errs...)
+	}
+	for _, r := range unreachable {
+		if o.Quorum > 0 && !tlsMisconfigured(r.err) {
+			o.Log.Warn("locker/"+o.Backend+": node unreachable at open; it counts as not voting until it answers",
+				"node", r.name, "err", r.err, "answered", len(targets)-len(down), "nodes", len(targets), "majority", o.Quorum)
 			continue
 		}
 		if r.name == "" {
@@ -87,6 +99,33 @@ func CheckEviction(ctx context.Context, targets []Target, o EvictionCheck) error
 	}
 	return errors.Join(errs...)
 }
+
+// noQuorum is the error of an open where fewer than quorum of n targets
+// answered: it names each that did not, with its error, and wraps them
+// all, so that errors.Is finds a refused connection.
+func noQuorum(backend string, answered, n, quorum int, unreachable []policyResult) error {
+	parts := make([]string, len(unreachable))
+	errs := make([]error, len(unreachable))
+	for i, r := range unreachable {
+		parts[i] = fmt.Sprintf("%s: %v", cmp.Or(r.name, fmt.Sprintf("node %d", r.target)), r.err)
+		errs[i] = r.err
+	}
+	return &multiError{
+		msg: fmt.Sprintf("%s: only %d of %d nodes answered, fewer than the majority of %d that every lock needs; unreachable: %s",
+			backend, answered, n, quorum, strings.Join(parts, "; ")),
+		errs: errs,
+	}
+}
+
+// multiError is one message for several errors, each reachable with
+// errors.Is and errors.As.
+type multiError struct {
+	msg  string
+	errs []error
+}
+
+func (e *multiError) Error() string   { return e.msg }
+func (e *multiError) Unwrap() []error { return e.errs }
 
 // policyResult is what readPolicies found on one server.
 type policyResult struct {

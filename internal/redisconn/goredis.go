@@ -19,9 +19,10 @@ type goredisConn struct {
 	gate  *dialGate // nil for a client Dial did not build
 }
 
-// NewGoRedis adapts c. Close closes c only if owned.
+// NewGoRedis adapts c, which must not be nil (see IsNil). Close closes c
+// only if owned.
 func NewGoRedis(c goredis.UniversalClient, owned bool) Conn {
-	return &goredisConn{c: c, owned: owned}
+	return guardGoRedis(&goredisConn{c: c, owned: owned}, c)
 }
 
 func (g *goredisConn) Eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {

@@ -15,9 +15,9 @@ type redigoConn struct {
 	owned bool
 }
 
-// NewRedigo adapts p. Close closes p only if owned.
+// NewRedigo adapts p, which must not be nil. Close closes p only if owned.
 func NewRedigo(p *redigo.Pool, owned bool) Conn {
-	return &redigoConn{pool: p, owned: owned}
+	return guardRedigo(&redigoConn{pool: p, owned: owned}, p)
 }
 
 func (r *redigoConn) get(ctx context.Context) (redigo.Conn, error) {
