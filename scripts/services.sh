@@ -408,7 +408,7 @@ start_zookeeper() { # launches the JVM; up() waits for health
 		maxSessionTimeout=120000
 		maxClientCnxns=0
 		admin.enableServer=false
-		4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+		4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,conf
 		forceSync=no
 	CFG
 	# -Xmx1g: the held-lock benchmark keeps 100,000 locks (200,000
@@ -467,7 +467,7 @@ start_zk_ensemble() { # launches the three JVMs; up() waits for the quorum
 			maxSessionTimeout=120000
 			maxClientCnxns=0
 			admin.enableServer=false
-			4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,wchp,wchc
+			4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,conf,wchp,wchc
 			forceSync=no
 		CFG
 		for j in 1 2 3; do

@@ -30,7 +30,8 @@ const pingSamples = 5
 // reads them as open does, with open's errors, then asks every server the
 // URL names for a session (which also learns its session timeout range,
 // as probeRange does), pings over it, and reads the four-letter words
-// srvr and mntr for the server's role and the ensemble's size.
+// srvr and mntr for the server's role and the ensemble's size, and conf
+// for its limit on connections per client address.
 func diagnose(ctx context.Context, u *locker.URL) ([]locker.Finding, error) {
 	if err := u.CheckParams(); err != nil {
 		return nil, err
@@ -75,6 +76,10 @@ type serverCheck struct {
 	mode, version string
 	voters        int // zk_quorum_size: the ensemble's voting members; 0 if unknown
 	fourErr       error
+	// From conf: maxClientCnxns, -1 when the server did not tell;
+	// confErr says why.
+	maxCnxns int
+	confErr  error
 }
 
 func checkServer(ctx context.Context, addr string) *serverCheck {
@@ -101,7 +106,23 @@ func checkServer(ctx context.Context, addr string) *serverCheck {
 		}
 	}
 	c.fourErr = err
+	c.maxCnxns, c.confErr = maxClientCnxns(ctx, addr)
 	return c
+}
+
+// maxClientCnxns reads the server's maxClientCnxns from conf: -1 and why
+// when it cannot.
+func maxClientCnxns(ctx context.Context, addr string) (int, error) {
+	conf, err := fourLetter(ctx, addr, "conf")
+	if err != nil {
+		return -1, err
+	}
+	v := lineValue(conf, "maxClientCnxns=")
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return -1, fmt.Errorf("conf: no maxClientCnxns in its answer (%q)", v)
+	}
+	return n, nil
 }
 
 // pingSession opens a session asking for the shortest timeout (so that
@@ -278,6 +299,29 @@ func (c *serverCheck) findings(ttl time.Duration) []locker.Finding {
 	} else {
 		timeout.Detail = fmt.Sprintf("the TTL %v is within the session timeouts the server grants, %s", ttl, c.rng)
 	}
-	return []locker.Finding{reach, timeout,
+	return []locker.Finding{reach, timeout, c.connectionLimit(),
 		locker.RTTFinding(c.addr, c.rtt, ttl, fmt.Sprintf("median of %d pings on a session", pingSamples))}
+}
+
+// connectionLimit reports the server's maxClientCnxns, which no client
+// can see otherwise: past it, the server accepts a connection from that
+// address and closes it at once, and the client only learns that its
+// session request got no answer. It passes whatever the limit: a refused
+// connection is an error the application sees, not a lock silently broken.
+func (c *serverCheck) connectionLimit() locker.Finding {
+	f := locker.Finding{Check: "connection-limit", Target: c.addr}
+	switch {
+	case errors.Is(c.confErr, errNotAllowed):
+		f.Detail = "unknown: the server does not allow the four-letter word conf (4lw.commands.whitelist), which tells its maxClientCnxns; " +
+			"ZooKeeper's default is 60 connections per client address, past which it closes new ones at once (add conf to the whitelist to have it checked)"
+	case c.confErr != nil:
+		f.Detail = fmt.Sprintf("unknown: %v", c.confErr)
+	case c.maxCnxns == 0:
+		f.Detail = "maxClientCnxns is 0: no limit on connections per client address"
+	default:
+		f.Detail = fmt.Sprintf("maxClientCnxns is %d: the server closes at once any connection past %d from one client address "+
+			"(the client sees no answer to its session request); each Locker holds one connection per TTL its locks use, "+
+			"so processes behind one address (a NAT, a container host) and tools that open many clients (lockctl bench and chaos) can reach it", c.maxCnxns, c.maxCnxns)
+	}
+	return f
 }

@@ -105,3 +105,42 @@ func TestDiagnoseURLErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDiagnoseConnectionLimit: doctor reports the maxClientCnxns a server
+// tells through conf, and says plainly when the server does not allow
+// conf. A server at its limit closes a new connection before answering,
+// and doctor's reachable finding names that limit as the likely cause.
+func TestDiagnoseConnectionLimit(t *testing.T) {
+	t.Run("conf not allowed", func(t *testing.T) {
+		s := startZK(t, time.Second, 4*time.Second) // allows ruok, srvr, cons
+		d := doctortest.Diagnose(t, "zk://"+s.addr)
+		doctortest.WantStatus(t, doctortest.Finding(t, d, "connection-limit", s.addr), locker.Pass, "does not allow the four-letter word conf")
+	})
+	t.Run("limit", func(t *testing.T) {
+		addr := startZKConf(t, "maxClientCnxns=3\n4lw.commands.whitelist=ruok,srvr,mntr,conf\n")
+		d := doctortest.Diagnose(t, "zk://"+addr)
+		doctortest.WantStatus(t, doctortest.Finding(t, d, "connection-limit", addr), locker.Pass, "maxClientCnxns is 3: ")
+
+		// Hold the three connections the server allows this address.
+		for range 3 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+		}
+		// The server counts a connection once its selector thread has
+		// taken it in: the fourth is refused once it has.
+		var f locker.Finding
+		testenv.WaitFor(t, 30*time.Second, "a fourth connection refused", func() bool {
+			f = doctortest.Finding(t, doctortest.Diagnose(t, "zk://"+addr), "reachable", addr)
+			return f.Status == locker.Fail
+		})
+		doctortest.WantStatus(t, f, locker.Fail, "maxClientCnxns")
+	})
+	t.Run("no limit", func(t *testing.T) {
+		addr := startZKConf(t, "maxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,mntr,conf\n")
+		d := doctortest.Diagnose(t, "zk://"+addr)
+		doctortest.WantStatus(t, doctortest.Finding(t, d, "connection-limit", addr), locker.Pass, "maxClientCnxns is 0: no limit")
+	})
+}

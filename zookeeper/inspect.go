@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
@@ -31,10 +34,14 @@ const inspectTTL = 10 * time.Second
 // TTLKnown is false. Tokens are not stored on the server.
 //
 // Detail: "key node", the key's node (which the server deletes when its
-// queue is empty); for a held key, "node" (the holder's
-// node), "session" (its id in hex), "created" (the node's creation, on
-// the server's clock) and, when the session is one of this Locker's,
-// "session timeout", the lock's TTL.
+// queue is empty); for a held key, "node" (the holder's node), "session"
+// (its id in hex), "created" (the node's creation, on the server's clock)
+// and "session timeout": the lock's TTL. A session of this Locker's has
+// it at hand; another client's is read from the server that session is
+// connected to, the one whose four-letter word cons lists it with its
+// timeout, asking each server the Locker knows (the URL's, or with New
+// the one its connection is on). Where none lists it, the value starts
+// with "unknown: " and says why.
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
 	s, err := d.inspectSession(ctx)
 	if err != nil {
@@ -57,8 +64,82 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 	h.Detail["created"] = time.UnixMilli(q.stat.Ctime).UTC().Format(time.RFC3339Nano)
 	if timeout, ok := d.sessionTimeout(q.stat.EphemeralOwner); ok {
 		h.Detail["session timeout"] = timeout.String()
+	} else {
+		h.Detail["session timeout"] = serverSessionTimeout(ctx, d.knownServers(s), q.stat.EphemeralOwner)
 	}
 	return h, nil
+}
+
+// knownServers returns the servers Inspect can ask about a session: the
+// URL's, or with New the one the user's connection is on, if it says.
+func (d *driver) knownServers(s *session) []string {
+	if d.servers != nil {
+		return d.servers
+	}
+	if c, ok := s.conn.(interface{ Server() string }); ok && c.Server() != "" {
+		return []string{c.Server()}
+	}
+	return nil
+}
+
+// consTimeout bounds each server's answer to cons: Inspect is one or two
+// round trips, and a server that does not answer must not make it wait
+// for its whole deadline.
+const consTimeout = 3 * time.Second
+
+// consEntry matches a connection of cons's listing: its session id and
+// the session's timeout in milliseconds, e.g.
+// " /127.0.0.1:51514[1](queued=0,...,sid=0x100149b1b5a0001,lop=PING,est=...,to=3000,...)".
+var consEntry = regexp.MustCompile(`sid=0x([0-9a-f]+)[,)].*?\bto=(\d+)`)
+
+// serverSessionTimeout asks each of servers, at once, for its connections
+// (cons) and returns the timeout of session id as the server that has it
+// lists it; or "unknown: " and why no server did. A session is listed by
+// the one server its client is connected to, so every server is asked.
+func serverSessionTimeout(ctx context.Context, servers []string, id int64) string {
+	hex := strconv.FormatUint(uint64(id), 16)
+	if len(servers) == 0 {
+		return "unknown: a Locker made with New does not know which server its connection is on, and only the server the session is connected to tells its timeout (cons)"
+	}
+	type answer struct {
+		timeout time.Duration
+		err     error
+	}
+	answers := make([]answer, len(servers))
+	var wg sync.WaitGroup
+	for i, srv := range servers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, consTimeout)
+			defer cancel()
+			out, err := fourLetter(ctx, srv, "cons")
+			if err != nil {
+				answers[i].err = err
+				return
+			}
+			for _, m := range consEntry.FindAllStringSubmatch(out, -1) {
+				if m[1] == hex {
+					ms, _ := strconv.ParseInt(m[2], 10, 64)
+					answers[i].timeout = time.Duration(ms) * time.Millisecond
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var why []string
+	for i, a := range answers {
+		switch {
+		case a.timeout > 0:
+			return a.timeout.String()
+		case errors.Is(a.err, errNotAllowed):
+			why = append(why, servers[i]+" does not allow the four-letter word cons (4lw.commands.whitelist), which lists sessions with their timeouts")
+		case a.err != nil:
+			why = append(why, fmt.Sprintf("%s: %v", servers[i], a.err))
+		default:
+			why = append(why, servers[i]+" has no connection of session 0x"+hex)
+		}
+	}
+	return "unknown: " + strings.Join(why, "; ") + " (only the server the session is connected to lists it: its holder may be connected to a server not named here, or its session may have just ended)"
 }
 
 // ForceRelease implements backend.Inspector: it deletes the holder's node,

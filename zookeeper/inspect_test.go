@@ -84,8 +84,45 @@ func TestInspectDetail(t *testing.T) {
 	if err != nil || !created.Equal(time.UnixMilli(st.Ctime)) {
 		t.Errorf(`Detail["created"] = %q (%v), want the node's ctime %v`, h.Detail["created"], err, time.UnixMilli(st.Ctime))
 	}
-	if h := inspecttest.Inspect(t, other, key); h.Detail["session timeout"] != "" || h.Detail["session"] == "" {
-		t.Errorf("Detail through another Locker = %q, want the session without its timeout", h.Detail)
+	// Another Locker, as another process, learns the timeout from the
+	// server the holder's session is connected to (cons).
+	if h := inspecttest.Inspect(t, other, key); h.Detail["session timeout"] != "3s" || h.Detail["session"] == "" {
+		t.Errorf("Detail through another Locker = %q, want the session and its timeout 3s, as the server tells", h.Detail)
+	}
+}
+
+// TestInspectSessionTimeoutFromEnsemble: the holder's session is on one
+// member of the ensemble; a Locker that names every member finds its
+// timeout there (cons lists only a server's own connections), and one that
+// names another member alone says plainly why it cannot.
+func TestInspectSessionTimeoutFromEnsemble(t *testing.T) {
+	raw := testenv.Get(t, testenv.ZooKeeperEnsembleURL)
+	hosts := testenv.Hosts(t, raw)
+	base := "/" + uniq("inspect-ensemble")
+	holder := open(t, "zk://"+hosts[2]+base)
+	key := "k"
+	inspecttest.Acquire(t, holder, key, 3*time.Second)
+
+	all := open(t, raw+base)
+	if h := inspecttest.Inspect(t, all, key); h.Detail["session timeout"] != "3s" {
+		t.Errorf(`Detail["session timeout"] through every member = %q, want 3s`, h.Detail["session timeout"])
+	}
+	one := open(t, "zk://"+hosts[0]+base)
+	h := inspecttest.Inspect(t, one, key)
+	if got := h.Detail["session timeout"]; !strings.HasPrefix(got, "unknown: ") || !strings.Contains(got, hosts[0]) || !strings.Contains(got, h.Detail["session"]) {
+		t.Errorf(`Detail["session timeout"] through another member alone = %q, want "unknown: " and why`, got)
+	}
+}
+
+// TestInspectSessionTimeoutNoCons: a server that does not allow cons
+// cannot tell another process the session's timeout, and Inspect says so.
+func TestInspectSessionTimeoutNoCons(t *testing.T) {
+	addr := startZKConf(t, "4lw.commands.whitelist=ruok,srvr\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n")
+	holder, other := open(t, "zk://"+addr), open(t, "zk://"+addr)
+	inspecttest.Acquire(t, holder, "k", 3*time.Second)
+	h := inspecttest.Inspect(t, other, "k")
+	if got := h.Detail["session timeout"]; !strings.HasPrefix(got, "unknown: ") || !strings.Contains(got, "cons") {
+		t.Errorf(`Detail["session timeout"] = %q, want "unknown: " and that cons is not allowed`, got)
 	}
 }
 

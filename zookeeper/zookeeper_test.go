@@ -1150,10 +1150,30 @@ type zkServer struct {
 	dir   string
 	addr  string
 	flags []string // extra JVM flags
+	conf  string   // zoo.cfg's lines after the address and data directory; "": start's
 	cmd   *exec.Cmd
 }
 
+// startZK starts a private server granting session timeouts from
+// minTimeout to maxTimeout, with flags for the JVM.
 func startZK(t *testing.T, minTimeout, maxTimeout time.Duration, flags ...string) *zkServer {
+	t.Helper()
+	s := newZK(t, "", flags)
+	s.start(minTimeout, maxTimeout)
+	return s
+}
+
+// startZKConf starts a private server whose zoo.cfg has conf after its
+// address and data directory (the server's defaults otherwise), and
+// returns its address.
+func startZKConf(t *testing.T, conf string) string {
+	t.Helper()
+	s := newZK(t, conf, nil)
+	s.start(0, 0)
+	return s.addr
+}
+
+func newZK(t *testing.T, conf string, flags []string) *zkServer {
 	t.Helper()
 	testenv.Get(t, testenv.ZooKeeperURL) // the servers-required policy applies
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -1162,18 +1182,22 @@ func startZK(t *testing.T, minTimeout, maxTimeout time.Duration, flags ...string
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s := &zkServer{t: t, dir: t.TempDir(), addr: addr, flags: flags}
-	s.start(minTimeout, maxTimeout)
+	s := &zkServer{t: t, dir: t.TempDir(), addr: addr, flags: flags, conf: conf}
 	t.Cleanup(s.stop)
 	return s
 }
 
+// start starts the server, granting session timeouts from minTimeout to
+// maxTimeout unless s.conf says otherwise.
 func (s *zkServer) start(minTimeout, maxTimeout time.Duration) {
 	s.t.Helper()
 	_, port, _ := net.SplitHostPort(s.addr)
-	cfg := fmt.Sprintf("tickTime=500\ndataDir=%s/data\nclientPort=%s\nclientPortAddress=127.0.0.1\n"+
-		"minSessionTimeout=%d\nmaxSessionTimeout=%d\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,cons\nforceSync=no\n",
-		s.dir, port, minTimeout.Milliseconds(), maxTimeout.Milliseconds())
+	conf := s.conf
+	if conf == "" {
+		conf = fmt.Sprintf("minSessionTimeout=%d\nmaxSessionTimeout=%d\n4lw.commands.whitelist=ruok,srvr,cons\n", minTimeout.Milliseconds(), maxTimeout.Milliseconds())
+	}
+	cfg := fmt.Sprintf("tickTime=500\ndataDir=%s/data\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nforceSync=no\n%s",
+		s.dir, port, conf)
 	if err := os.WriteFile(filepath.Join(s.dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
