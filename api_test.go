@@ -224,17 +224,31 @@ func TestOpenRedactsPasswords(t *testing.T) {
 	}
 }
 
-// TestRedact: what Redact shows of a URL keeps everything but passwords.
+// TestRedact: what Redact shows of a URL keeps everything but passwords,
+// and reads as a URL of the same scheme: memory:// keeps its "//", which
+// net/url drops from a URL with neither host nor path. Open's errors show
+// the URL the same way.
 func TestRedact(t *testing.T) {
 	for raw, want := range map[string]string{
 		"redis://u:s3cret@h1:6379,h2/0?ttl=5s":              "redis://u:xxxxx@h1:6379,h2/0?ttl=5s",
 		"redis+sentinel://s1,s2/m?sentinel_password=s3cret": "redis+sentinel://s1,s2/m?sentinel_password=xxxxx",
 		"etcd://h:2379/ns":                                  "etcd://h:2379/ns",
 		"zookeeper://u:s3cret@h:2181:x/p":                   "zookeeper://(malformed URL)",
+		"redis://:s3cret@h":                                 "redis://:xxxxx@h",
+		"REDIS://:s3cret@h":                                 "redis://:xxxxx@h",
+		"redlock://h1,h2,h3?ttl=1s":                         "redlock://h1,h2,h3?ttl=1s",
+		"memory://":                                         "memory://",
+		"memory://?ttl=5s":                                  "memory://?ttl=5s",
+		"memory://name":                                     "memory://name",
+		"memory:///p":                                       "memory:///p",
 	} {
 		if got := locker.Redact(raw); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
 		}
+	}
+	_, err := locker.Open(context.Background(), "memory://?ttl=0s")
+	if err == nil || !strings.Contains(err.Error(), `"memory://?ttl=0s"`) {
+		t.Errorf(`Open("memory://?ttl=0s") = %v, want an error that shows the URL as given`, err)
 	}
 }
 

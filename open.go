@@ -235,9 +235,10 @@ func (c *client) checkConfig() error {
 
 // Redact returns rawURL as it may be shown in logs and messages: the
 // password of its user part, and the value of every query parameter whose
-// name contains "password", replaced by xxxxx. A URL that does not parse
-// is shown as its scheme alone, since where a password would be in it
-// cannot be told.
+// name contains "password", replaced by xxxxx. Everything else reads as
+// given (memory:// stays memory://; the scheme is in lower case). A URL
+// that does not parse is shown as its scheme alone, since where a
+// password would be in it cannot be told.
 func Redact(rawURL string) string {
 	u, err := parseURL(rawURL)
 	if err != nil {
@@ -264,7 +265,14 @@ func redact(u *url.URL) string {
 			c.RawQuery = q.Encode()
 		}
 	}
-	return c.Redacted()
+	s := c.Redacted()
+	if c.Scheme != "" && c.Opaque == "" && c.Host == "" && c.User == nil && c.Path == "" {
+		// net/url writes no "//" for a URL with neither authority nor
+		// path: memory:// would show as "memory:", which reads as a
+		// different URL (and as "memory::" after a colon in a message).
+		s = c.Scheme + "://" + strings.TrimPrefix(s, c.Scheme+":")
+	}
+	return s
 }
 
 // URL is a parsed locker URL as an Opener receives it.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the servers the tests run against, if they are missing:
 # redis-server (single instance, Redlock masters, Cluster) and ZooKeeper from
-# Debian's packages, and etcd built from the Go module proxy.
+# Debian's packages, and etcd built from the Go module proxy; and Debian's
+# chromium, the headless browser lockctl's tests open the HTML reports in.
 # For the packages it uses apt-get as root; otherwise it says what to install
 # and fails. Debian's packages may start system services on install (a
 # policy-rc.d forbids it, but some environments start them regardless);
@@ -36,6 +37,8 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v ss >/dev/null 2>&1 || missing+=(iproute2) # services.sh: who holds a port
 command -v curl >/dev/null 2>&1 || missing+=(curl)   # services.sh: etcd health
 command -v openssl >/dev/null 2>&1 || missing+=(openssl) # services.sh: the TLS test server's certificates
+# cmd/lockctl's browser test; LOCKER_TEST_CHROMIUM names another browser.
+[ -n "${LOCKER_TEST_CHROMIUM:-}" ] || command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0

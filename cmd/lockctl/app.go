@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/cmd/lockctl/internal/buildinfo"
 )
 
 // app is what every subcommand shares: the global flags, the process's
@@ -88,7 +89,13 @@ func newRootCmd(a *app) *cobra.Command {
   lockctl --profile prod run jobs/nightly -- ./nightly.sh`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		Version:       versionText(buildinfo.Read()),
 	}
+	// --version prints what lockctl version prints. Defined here rather
+	// than by cobra, which would also make it -v: "lockctl run -v" is
+	// --verbose, and one letter should not mean two things.
+	root.SetVersionTemplate("{{.Version}}")
+	root.Flags().Bool("version", false, "print lockctl's, the locker library's and Go's versions (as lockctl version does)")
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
@@ -96,7 +103,7 @@ func newRootCmd(a *app) *cobra.Command {
 	pf.StringVar(&a.url, "url", "", "locker URL, e.g. redis://127.0.0.1:6379 (else --profile's url, $LOCKER_URL, the default profile's; see lockctl --help)")
 	pf.StringVar(&a.profile, "profile", "", "use the named profile of the config file")
 	pf.StringVar(&a.configPath, "config", "", "config file (default $XDG_CONFIG_HOME/lockctl/config.yaml or ~/.config/lockctl/config.yaml)")
-	pf.BoolVar(&a.json, "json", false, "machine output: JSON instead of text for summaries and tables")
+	pf.BoolVar(&a.json, "json", false, "JSON on standard output instead of text, on every command (reports to files: check --json-file, bench and chaos --out)")
 	root.RegisterFlagCompletionFunc("profile", a.completeProfiles)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return exitf(exitError, "%v (see %s --help)", err, c.CommandPath())
@@ -216,9 +223,10 @@ func scheme(rawURL string) string {
 
 // logger returns a logger for what the library cannot return as an error
 // (a background refresh that failed and will be retried), on standard
-// error, from level up.
-func (a *app) logger(level slog.Level) *slog.Logger {
-	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+// error in lockctl's format, from level up, leaving out the records skip
+// picks (nil: none).
+func (a *app) logger(level slog.Level, skip func(slog.Record) bool) *slog.Logger {
+	return slog.New(newLogHandler(a.stderr, level, skip))
 }
 
 // open opens a Locker for t, bounded by openTimeout. Its errors (a bad

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/distlock/locker"
 	"github.com/distlock/locker/cmd/lockctl/internal/bench"
 )
 
@@ -136,12 +137,10 @@ func (b *benchCmd) run(ctx context.Context, c *cobra.Command) error {
 			return exitf(exitError, "--out: %v", err)
 		}
 	}
-	start := time.Now()
 	rep, err := bench.Run(ctx, bench.Options{
 		URLs: urls, Settings: s, Command: commandLine(c), Holder: holderCommand,
-		Progress: func(step, steps int, what string) {
-			fmt.Fprintf(b.app.stderr, "[%2d/%d %s] %s\n", step, steps, time.Since(start).Round(time.Second), what)
-		},
+		Progress: func(p bench.Progress) { fmt.Fprintln(b.app.stderr, p) },
+		Announce: func(s string) { fmt.Fprintln(b.app.stderr, s) },
 	})
 	if rep == nil {
 		return exitf(exitError, "%v", err)
@@ -178,9 +177,9 @@ func commandLine(c *cobra.Command) string {
 		case !strings.Contains(a, "://"):
 			args = append(args, a)
 		case ok && strings.HasPrefix(flag, "-") && strings.Contains(url, "://"):
-			args = append(args, flag+"="+redactURL(url))
+			args = append(args, flag+"="+locker.Redact(url))
 		default:
-			args = append(args, redactURL(a))
+			args = append(args, locker.Redact(a))
 		}
 	}
 	if len(os.Args) <= 1 {

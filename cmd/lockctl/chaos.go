@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/distlock/locker/cmd/lockctl/internal/bench"
 	"github.com/distlock/locker/cmd/lockctl/internal/chaos"
 )
 
@@ -110,13 +111,11 @@ func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
 			return exitf(exitError, "--out: %v", err)
 		}
 	}
-	start := time.Now()
 	rep, err := chaos.Run(ctx, chaos.Options{
 		URLs: urls, Scenarios: ch.scenarios, Rounds: ch.rounds, TTL: ch.ttl, RedisServer: ch.redisServer, Etcd: ch.etcd, ZKClasspath: ch.zkClasspath,
 		Worker: chaosWorkerCommand, Command: commandLine(c),
-		Progress: func(step, steps int, what string) {
-			fmt.Fprintf(ch.app.stderr, "[%2d/%d %s] %s\n", step, steps, time.Since(start).Round(time.Second), what)
-		},
+		Progress: func(p bench.Progress) { fmt.Fprintln(ch.app.stderr, p) },
+		Announce: func(s string) { fmt.Fprintln(ch.app.stderr, s) },
 	})
 	if rep == nil {
 		return exitf(exitError, "%v", err)

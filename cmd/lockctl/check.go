@@ -10,12 +10,13 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/distlock/locker"
+	"github.com/distlock/locker/cmd/lockctl/internal/buildinfo"
 	"github.com/distlock/locker/conformance"
 )
 
@@ -25,7 +26,7 @@ func init() { addCommand(newCheckCmd) }
 type checkCmd struct {
 	app      *app
 	cases    string
-	jsonPath string
+	jsonFile string
 	junit    string
 	markdown string
 	list     bool
@@ -49,23 +50,34 @@ each server's own name. Every key it uses is under a random prefix
 releases what it takes, and what a cut-off client held expires with its
 TTL. Expect a few minutes: the expiry cases wait out TTLs.
 
-Progress shows case by case as the run goes; then a summary table, the
-backend's capabilities, the library version and the URL (passwords
-redacted). --json, --junit and --markdown also write the report to a file
-("-": standard output, the progress then going to standard error). Check
-exits 0 when every case passed or was skipped, 1 when one failed, 125 when
-the suite could not run (a bad URL, a backend that cannot be reached).`,
+Before it starts its proxies, check connects to the deployment once
+directly, as an application would: a server that is down or refuses the
+client is reported as the library reports it (connection refused, a TLS
+mismatch), not as the proxies would see it.
+
+Progress shows case by case as the run goes, with an estimate of the time
+left (from the pace of the cases so far: the expiry cases wait out TTLs,
+so it moves as they run); then a summary table, the backend's
+capabilities, the library version (as "lockctl version" names it) and the
+URL (passwords redacted). --json prints the report as JSON on standard
+output, as --json does on every command; --json-file, --junit and
+--markdown write it to a file ("-": standard output). Whenever a report
+goes to standard output, the progress and the summary go to standard
+error. Check exits 0 when every case passed or was skipped, 1
+when one failed, 125 when the suite could not run (a bad URL, a backend
+that cannot be reached).`,
 		Example: `  lockctl check --url redis://10.0.0.5:6379
   lockctl check --url 'etcds://10.0.0.1:2379?cacert=ca.pem' --junit report.xml
+  lockctl check --url zookeeper://10.0.0.7:2181 --json > report.json
   lockctl check --profile prod --cases 'expiry|fencing' --markdown report.md
-  lockctl check --list`,
+  lockctl check --list
+  lockctl check --list --json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return k.run(c.Context()) },
 	}
 	f := c.Flags()
 	f.StringVar(&k.cases, "cases", "", "run only the cases whose name matches this regular expression")
-	// Shadows the global --json: a report is a file.
-	f.StringVar(&k.jsonPath, "json", "", "write the report as JSON to this file (-: standard output)")
+	f.StringVar(&k.jsonFile, "json-file", "", "write the report as JSON to this file (-: standard output, as --json)")
 	f.StringVar(&k.junit, "junit", "", "write the report as JUnit XML to this file, for CI (-: standard output)")
 	f.StringVar(&k.markdown, "markdown", "", "write the report as Markdown to this file (-: standard output)")
 	f.BoolVar(&k.list, "list", false, "list the cases and their rules, and run nothing")
@@ -78,7 +90,7 @@ type checkReport struct {
 	URL          string        `json:"url"` // password redacted
 	Backend      string        `json:"backend"`
 	Capabilities string        `json:"capabilities"`
-	Library      string        `json:"library"` // the locker library's version
+	Library      string        `json:"library"` // the locker library's version, as lockctl version says it
 	KeyPrefix    string        `json:"key_prefix"`
 	Started      time.Time     `json:"started"`
 	Elapsed      time.Duration `json:"elapsed_ns"`
@@ -113,17 +125,20 @@ func (k *checkCmd) run(ctx context.Context) error {
 	if err != nil {
 		return withCode(exitError, err)
 	}
+	// The suite cuts clients off on purpose: their warnings (refreshes
+	// that fail, reconnects) are expected, and the report says what broke.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := k.reach(ctx, t, quiet); err != nil {
+		return err
+	}
 	progress := k.progressWriter()
 	h := conformance.URLHarness(t.url)
 	if sel != nil {
 		h.Select = sel.MatchString
 	}
 	start := time.Now()
-	fmt.Fprintf(progress, "checking %s (URL from %s)\n", redactURL(t.url), t.source)
-	h.Observe = showProgress(progress, start)
-	// The suite cuts clients off on purpose: their warnings (refreshes
-	// that fail, reconnects) are expected, and the report says what broke.
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fmt.Fprintf(progress, "checking %s (URL from %s)\n", locker.Redact(t.url), t.source)
+	h.Observe = (&checkProgress{w: progress, start: start}).observe
 	slog.SetDefault(quiet)
 	rep, err := conformance.Check(ctx, h)
 	if err != nil && len(rep.Results) == 0 {
@@ -146,9 +161,28 @@ func (k *checkCmd) run(ctx context.Context) error {
 	return nil
 }
 
+// reach opens a Locker on t directly and closes it. The suite's clients
+// connect through proxies of their own, which accept a connection even
+// when the server behind them is down and then close it: what a client
+// reports of that is the proxy's closed connection (EOF), not the server's
+// refusal that an application would see. Reaching the server once first
+// reports the library's own error.
+func (k *checkCmd) reach(ctx context.Context, t target, log *slog.Logger) error {
+	l, err := k.app.open(ctx, t, locker.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	// Nothing was acquired: a failed Close has nothing to leave behind.
+	l.Close()
+	return nil
+}
+
 // progressWriter is where progress goes: where no report does.
 func (k *checkCmd) progressWriter() io.Writer {
-	for _, p := range []string{k.jsonPath, k.junit, k.markdown} {
+	if k.app.json {
+		return k.app.stderr
+	}
+	for _, p := range []string{k.jsonFile, k.junit, k.markdown} {
 		if p == "-" {
 			return k.app.stderr
 		}
@@ -156,16 +190,42 @@ func (k *checkCmd) progressWriter() io.Writer {
 	return k.app.stdout
 }
 
-// showProgress returns the Harness.Observe that prints a line per case:
-// its name as it starts, its result and the time so far as it ends.
-func showProgress(w io.Writer, start time.Time) func(conformance.Progress) {
-	return func(p conformance.Progress) {
-		if p.Result == nil {
-			fmt.Fprintf(w, "[%2d/%d] %-26s ", p.Index, p.Total, p.Case)
-			return
-		}
-		fmt.Fprintf(w, "%-4s %6s  (%s elapsed)\n", p.Result.Status, p.Result.Elapsed.Round(10*time.Millisecond), time.Since(start).Round(time.Second))
+// checkProgress prints a line per case: its name as it starts; its
+// result, the time so far and an estimate of the time left as it ends.
+type checkProgress struct {
+	w     io.Writer
+	start time.Time
+}
+
+// observe is the Harness.Observe of a check run.
+func (p *checkProgress) observe(pr conformance.Progress) {
+	if pr.Result == nil {
+		fmt.Fprintf(p.w, "[%2d/%d] %-26s ", pr.Index, pr.Total, pr.Case)
+		return
 	}
+	elapsed := time.Since(p.start)
+	fmt.Fprintf(p.w, "%-4s %6s  (%s elapsed, %s)\n", pr.Result.Status, pr.Result.Elapsed.Round(10*time.Millisecond),
+		elapsed.Round(time.Second), timeLeft(elapsed, pr.Index, pr.Total))
+}
+
+// timeLeft estimates the rest of a run of total cases, done of which took
+// elapsed: the cases still to run at the mean pace so far. The expiry
+// cases, which wait out TTLs, are spread over the run, so the pace of the
+// first few is a rough guide that firms up as the run goes.
+func timeLeft(elapsed time.Duration, done, total int) string {
+	switch {
+	case done >= total:
+		return "done"
+	case done <= 0:
+		return "no estimate yet"
+	}
+	left := elapsed / time.Duration(done) * time.Duration(total-done)
+	if left >= time.Minute {
+		left = left.Round(10 * time.Second)
+	} else {
+		left = max(left.Round(time.Second), time.Second)
+	}
+	return "about " + left.String() + " left"
 }
 
 // writeReports writes cr to each report file asked for.
@@ -173,7 +233,7 @@ func (k *checkCmd) writeReports(cr checkReport) error {
 	for _, w := range []struct {
 		path  string
 		write func(io.Writer, checkReport) error
-	}{{k.jsonPath, writeCheckJSON}, {k.junit, writeJUnit}, {k.markdown, writeMarkdown}} {
+	}{{k.jsonFile, writeCheckJSON}, {k.junit, writeJUnit}, {k.markdown, writeMarkdown}} {
 		if w.path == "" {
 			continue
 		}
@@ -181,23 +241,38 @@ func (k *checkCmd) writeReports(cr checkReport) error {
 			return err
 		}
 	}
+	if k.app.json {
+		return writeCheckJSON(k.app.stdout, cr)
+	}
 	return nil
 }
 
-// listCases prints the built-in cases that sel picks, with their rules.
+// listCases prints the built-in cases that sel picks, with their rules:
+// with --json, as a JSON array of {"name", "rule"}.
 func (k *checkCmd) listCases(sel *regexp.Regexp) error {
+	type listed struct {
+		Name string `json:"name"`
+		Rule string `json:"rule"`
+	}
+	cases := []listed{}
 	for _, c := range conformance.Cases() {
 		if sel == nil || sel.MatchString(c.Name) {
-			fmt.Fprintf(k.app.stdout, "%-26s %s\n", c.Name, c.Rule)
+			cases = append(cases, listed{c.Name, c.Rule})
 		}
+	}
+	if k.app.json {
+		return writeJSON(k.app.stdout, cases)
+	}
+	for _, c := range cases {
+		fmt.Fprintf(k.app.stdout, "%-26s %s\n", c.Name, c.Rule)
 	}
 	return nil
 }
 
 func newCheckReport(rawURL string, rep conformance.Report, start time.Time) checkReport {
 	cr := checkReport{
-		URL: redactURL(rawURL), Backend: rep.Capabilities.Name, Capabilities: rep.Capabilities.String(),
-		Library: libraryVersion(), KeyPrefix: rep.KeyPrefix, Started: start, Elapsed: time.Since(start),
+		URL: locker.Redact(rawURL), Backend: rep.Capabilities.Name, Capabilities: rep.Capabilities.String(),
+		Library: buildinfo.Library(), KeyPrefix: rep.KeyPrefix, Started: start, Elapsed: time.Since(start),
 	}
 	for _, r := range rep.Results {
 		switch r.Status {
@@ -211,43 +286,6 @@ func newCheckReport(rawURL string, rep conformance.Report, start time.Time) chec
 		cr.Results = append(cr.Results, checkResult{Name: r.Name, Rule: r.Rule, Status: strings.ToLower(string(r.Status)), Detail: r.Detail, Elapsed: r.Elapsed})
 	}
 	return cr
-}
-
-// libraryVersion is the version of the locker library lockctl was built
-// with: its module version, or for a build from the repository the
-// commit it was built at.
-func libraryVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := ""
-	for _, d := range bi.Deps {
-		if d.Path == "github.com/distlock/locker" {
-			v = d.Version
-			if d.Replace != nil {
-				v = "(devel)"
-			}
-		}
-	}
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = ", modified"
-			}
-		}
-	}
-	if v == "(devel)" || v == "" {
-		if rev == "" {
-			return "(devel)"
-		}
-		return fmt.Sprintf("(devel) at %.12s%s", rev, modified)
-	}
-	return v
 }
 
 // writeReport writes cr with write to path, "-" being w.

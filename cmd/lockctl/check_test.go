@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/distlock/locker"
 )
 
 // TestCheck: lockctl check passes against every deployment the dev
@@ -47,7 +52,7 @@ func TestCheck(t *testing.T) {
 		}
 		dir := t.TempDir()
 		jsonPath, junitPath, mdPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.xml"), filepath.Join(dir, "r.md")
-		r := runLockctl(t, testEnv(t), "check", "--url", url, "--json", jsonPath, "--junit", junitPath, "--markdown", mdPath)
+		r := runLockctl(t, testEnv(t), "check", "--url", url, "--json-file", jsonPath, "--junit", junitPath, "--markdown", mdPath)
 		if r.code != exitOK {
 			t.Fatalf("check --url %s: exit %d\n%s\n%s", url, r.code, r.stdout, r.stderr)
 		}
@@ -116,6 +121,95 @@ func TestCheckBrokenBackend(t *testing.T) {
 	for _, c := range s.Cases {
 		if (c.Name == "stale-owner") != (c.Failure != nil) {
 			t.Errorf("JUnit case %s: failure %+v", c.Name, c.Failure)
+		}
+	}
+}
+
+// TestCheckUnreachable: check against a server that is down says what
+// the library says (connection refused), not what its own proxies, which
+// accept a connection and then close it, would make of it.
+func TestCheckUnreachable(t *testing.T) {
+	t.Parallel() // etcd's Open waits seconds for an answer
+	// Port 1: a port from the ephemeral range, free a moment ago, can be
+	// the source port the kernel picks for a client's own connection to
+	// it, which then connects to itself.
+	const down = "127.0.0.1:1"
+	for _, scheme := range []string{"redis", "zookeeper", "etcd"} {
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			url := scheme + "://" + down
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			l, err := locker.Open(ctx, url)
+			if err == nil {
+				l.Close()
+				t.Fatalf("Open(%s) succeeded: nothing listens there, the case is wrong", url)
+			}
+			r := runLockctl(t, testEnv(t), "check", "--url", url)
+			wantCode(t, r, exitError, err.Error())
+			if strings.Contains(r.stderr, "EOF") {
+				t.Errorf("check blames a closed connection:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestCheckJSON: --json means JSON on standard output, as on every other
+// command (the progress then goes to standard error); --json-file writes
+// the same report to a file. Progress lines estimate the time left.
+func TestCheckJSON(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "r.json")
+	r := runLockctl(t, testEnv(t), "check", "--json", "--url", "memory://check-json", "--cases", "acquire-release|double-release|independent-keys", "--json-file", file)
+	wantCode(t, r, exitOK)
+	var rep checkReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Results) != 3 || rep.Passed != 3 {
+		t.Fatalf("check --json: %v, %+v\nstdout:\n%s\nstderr:\n%s", err, rep, r.stdout, r.stderr)
+	}
+	data, err := os.ReadFile(file)
+	var fromFile checkReport
+	if err == nil {
+		err = json.Unmarshal(data, &fromFile)
+	}
+	if err != nil || fromFile.KeyPrefix != rep.KeyPrefix {
+		t.Errorf("--json-file: %v, key prefix %q, want the report of standard output's run (%q)", err, fromFile.KeyPrefix, rep.KeyPrefix)
+	}
+	if !strings.Contains(r.stderr, "] acquire-release") {
+		t.Errorf("no progress on standard error:\n%s", r.stderr)
+	}
+	// After the first case, each line estimates what is left; the last
+	// says the run is done.
+	lines := regexp.MustCompile(`(?m)^\[ ?\d+/3\] .*$`).FindAllString(r.stderr, -1)
+	if len(lines) != 3 {
+		t.Fatalf("%d progress lines, want 3:\n%s", len(lines), r.stderr)
+	}
+	for _, l := range lines[:2] {
+		if !regexp.MustCompile(`about \S+ left`).MatchString(l) {
+			t.Errorf("progress line %q has no estimate of the time left", l)
+		}
+	}
+	r = runLockctl(t, testEnv(t), "check", "--list", "--json", "--cases", "fencing")
+	var cases []map[string]string
+	if err := json.Unmarshal([]byte(r.stdout), &cases); err != nil || len(cases) != 1 || cases[0]["name"] != "fencing" || cases[0]["rule"] == "" {
+		t.Errorf("check --list --json: %v\n%s", err, r.stdout)
+	}
+}
+
+// TestTimeLeft: the estimate is the cases left at the mean pace so far.
+func TestTimeLeft(t *testing.T) {
+	for _, tc := range []struct {
+		elapsed     time.Duration
+		done, total int
+		want        string
+	}{
+		{10 * time.Second, 1, 3, "about 20s left"},
+		{10 * time.Second, 2, 3, "about 5s left"},
+		{100 * time.Millisecond, 1, 2, "about 1s left"},
+		{time.Minute, 1, 24, "about 23m0s left"},
+		{95 * time.Second, 3, 5, "about 1m0s left"},
+		{time.Minute, 24, 24, "done"},
+	} {
+		if got := timeLeft(tc.elapsed, tc.done, tc.total); got != tc.want {
+			t.Errorf("timeLeft(%v, %d, %d) = %q, want %q", tc.elapsed, tc.done, tc.total, got, tc.want)
 		}
 	}
 }

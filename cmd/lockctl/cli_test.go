@@ -163,3 +163,20 @@ func TestBinaryExitCodes(t *testing.T) {
 		t.Errorf("help exit-codes: code %d, stdout:\n%s", r.code, r.stdout)
 	}
 }
+
+// TestJSONFlagIsBoolean: --json means one thing on every command, JSON on
+// standard output; no command shadows it with a flag that takes a value
+// (which made "check --json --url X" read --url as a file name).
+func TestJSONFlagIsBoolean(t *testing.T) {
+	root := newRootCmd(&app{getenv: func(string) string { return "" }})
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if f := c.Flag("json"); f == nil || f.Value.Type() != "bool" {
+			t.Errorf("%q: --json is %v, want the global boolean", c.CommandPath(), f)
+		}
+		for _, sc := range c.Commands() {
+			walk(sc)
+		}
+	}
+	walk(root)
+}

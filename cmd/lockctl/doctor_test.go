@@ -74,3 +74,82 @@ func TestDoctor(t *testing.T) {
 		wantCode(t, r, exitError, "nosuch")
 	})
 }
+
+// TestDoctorJSONNames: doctor --json names every field in lower case, the
+// findings' as well as the top level's.
+func TestDoctorJSONNames(t *testing.T) {
+	r := runLockctl(t, testEnv(t), "doctor", "--json", "--url", "memory://doctor-json")
+	wantCode(t, r, exitOK)
+	var out map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, r.stdout)
+	}
+	fs, _ := out["findings"].([]any)
+	if len(fs) == 0 {
+		t.Fatalf("no findings:\n%s", r.stdout)
+	}
+	for k := range out {
+		if k != strings.ToLower(k) {
+			t.Errorf("top-level field %q is not lower-case", k)
+		}
+	}
+	for _, f := range fs {
+		for k := range f.(map[string]any) {
+			if k != strings.ToLower(k) {
+				t.Errorf("finding field %q is not lower-case:\n%s", k, r.stdout)
+			}
+		}
+	}
+}
+
+// TestDoctorGroupsNodes: on Redlock, a finding every node shares (the dev
+// servers' persistence warning) is one row naming the nodes, and the
+// target column stays narrow however many nodes the URL names.
+func TestDoctorGroupsNodes(t *testing.T) {
+	t.Parallel() // waits for servers, as the others do
+	url := serverURL(t, "LOCKER_TEST_REDLOCK_URL")
+	r := runLockctl(t, testEnv(t), "doctor", "--url", url)
+	table, _, _ := strings.Cut(r.stdout, "\n\n"+"WARN") // the table, before the details
+	var header string
+	rows := 0
+	for _, l := range strings.Split(table, "\n") {
+		if strings.HasPrefix(l, "STATUS") {
+			header = l
+		}
+		if strings.Contains(l, " persistence ") {
+			rows++
+		}
+	}
+	if rows != 1 {
+		t.Errorf("%d persistence rows, want one for all the nodes:\n%s", rows, r.stdout)
+	}
+	if w := strings.Index(header, "FOUND") - strings.Index(header, "TARGET"); w > 30 {
+		t.Errorf("the target column is %d characters wide:\n%s", w, r.stdout)
+	}
+	hosts := strings.Split(strings.TrimPrefix(strings.SplitN(url, "?", 2)[0], "redlock://"), ",")
+	if !strings.Contains(r.stdout, "persistence on "+strings.Join(hosts, ", ")+":") {
+		t.Errorf("the persistence warning does not name the nodes %v:\n%s", hosts, r.stdout)
+	}
+	r = runLockctl(t, testEnv(t), "doctor", "--json", "--url", url)
+	var out struct {
+		Findings []struct {
+			Check   string   `json:"check"`
+			Targets []string `json:"targets"`
+		} `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, r.stdout)
+	}
+	n := 0
+	for _, f := range out.Findings {
+		if f.Check == "persistence" {
+			n++
+			if len(f.Targets) != len(hosts) {
+				t.Errorf("the persistence finding's targets %q, want the %d nodes", f.Targets, len(hosts))
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d persistence findings in JSON, want one:\n%s", n, r.stdout)
+	}
+}

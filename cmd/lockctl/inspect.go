@@ -34,7 +34,10 @@ whether it is held, the holder's token and fencing token, how long its
 lock still lasts on the server, and how many clients wait for it, each
 where the backend can tell. The detail lines name what the backend stores
 (the Redis key, the ZooKeeper node and session, the etcd entry and lease,
-each Redlock node's copy).
+each Redlock node's copy). ZooKeeper keeps no TTL per lock: a lock lasts
+as long as its holder's session, and inspect shows that session's timeout,
+which the server the session is connected to lists (the four-letter word
+cons); where no server the URL names lists it, the detail says why.
 
 The answer is a snapshot: the holder may release or lose the key right
 after. Use the same URL and prefix (?prefix=) as the applications do, or
@@ -75,7 +78,7 @@ func (a *app) inspectKey(ctx context.Context, key string) (*inspected, error) {
 	if err != nil {
 		return nil, withCode(exitError, err)
 	}
-	l, err := a.open(ctx, t, locker.WithLogger(a.logger(slog.LevelError)))
+	l, err := a.open(ctx, t, locker.WithLogger(a.logger(slog.LevelError, nil)))
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +99,7 @@ func (a *app) inspect(ctx context.Context, key string) error {
 	}
 	defer in.l.Close()
 	t, l, h := in.t, in.l, in.h
-	out := inspectOutput{URL: redactURL(t.url), Backend: l.Capabilities().Name, Key: key, Held: h.Held, Token: h.Token, Detail: h.Detail}
+	out := inspectOutput{URL: locker.Redact(t.url), Backend: l.Capabilities().Name, Key: key, Held: h.Held, Token: h.Token, Detail: h.Detail}
 	if h.Fenced {
 		out.Fence = &h.Fence
 	}
@@ -138,7 +141,7 @@ func printInspect(w io.Writer, out inspectOutput, caps locker.Capabilities) {
 	case out.TTLMS != nil:
 		row("ttl", (time.Duration(*out.TTLMS)*time.Millisecond).String()+" on the server")
 	case out.Held:
-		row("ttl", "unknown (see detail)")
+		row("ttl", ttlNotReadable(out.Detail))
 	}
 	if out.Waiters != nil {
 		row("waiters", fmt.Sprint(*out.Waiters))
@@ -154,6 +157,17 @@ func printInspect(w io.Writer, out inspectOutput, caps locker.Capabilities) {
 		row(k, out.Detail[k])
 	}
 	tw.Flush()
+}
+
+// ttlNotReadable says what is known of the TTL of a holder whose
+// remaining validity the backend cannot read. ZooKeeper's lock lasts as
+// long as its holder's session, whose timeout the detail carries when the
+// server told it.
+func ttlNotReadable(detail map[string]string) string {
+	if d, err := time.ParseDuration(detail["session timeout"]); err == nil {
+		return fmt.Sprintf("%v: the holder's session timeout (the server ends the session, and the lock, %v after it last hears from the holder; the time left is not readable)", d, d)
+	}
+	return "unknown (see detail)"
 }
 
 func orUnknown(s string) string {
@@ -232,7 +246,7 @@ func (r *releaseCmd) run(ctx context.Context, key string) error {
 	rctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
 	released, err := locker.ForceRelease(rctx, in.l, key)
-	out := releaseOutput{URL: redactURL(t.url), Key: key, Released: released, Holder: holder}
+	out := releaseOutput{URL: locker.Redact(t.url), Key: key, Released: released, Holder: holder}
 	if err != nil {
 		if !released {
 			return withCode(exitError, err)
@@ -274,7 +288,7 @@ func (r *releaseCmd) confirm(key, holder, url string) error {
 	if !isTerminal(a.stdin) {
 		return exitf(exitError, "release --force asks for confirmation on a terminal; standard input is not one: add --yes to release %q without asking", key)
 	}
-	fmt.Fprintf(a.stderr, "WARNING: this frees %q on %s whoever holds it (%s).\n", key, redactURL(url), holder)
+	fmt.Fprintf(a.stderr, "WARNING: this frees %q on %s whoever holds it (%s).\n", key, locker.Redact(url), holder)
 	fmt.Fprintf(a.stderr, "A live holder keeps running, believing it holds the lock, until its Lost fires;\n")
 	fmt.Fprintf(a.stderr, "only fencing tokens checked by your resource keep it and the next holder apart.\n")
 	fmt.Fprintf(a.stderr, "Type the key to release it: ")

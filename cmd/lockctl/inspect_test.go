@@ -80,3 +80,35 @@ func jsonNumber(n uint64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// TestInspectZooKeeperTTL: inspect from a process other than the holder's
+// shows what the ZooKeeper server knows of the holder's lock: its
+// session's timeout, which is the lock's TTL.
+func TestInspectZooKeeperTTL(t *testing.T) {
+	t.Parallel() // waits for servers, as the others do
+	url := serverURL(t, "LOCKER_TEST_ZK_URL")
+	dir := t.TempDir()
+	logPath, goPath := filepath.Join(dir, "log"), filepath.Join(dir, "go")
+	key := testKey(t)
+	env := testEnv(t, "LOCKER_URL="+url, "ID=a", "LOG="+logPath, "GO="+goPath)
+	a := start(t, env, "run", "--ttl", "3s", key, "--", "sh", "-c", holdScript)
+	defer func() {
+		os.WriteFile(goPath, nil, 0o600)
+		a.wait(t, time.Minute)
+	}()
+	waitFor(t, 30*time.Second, "a enters", func() bool { return len(readLines(t, logPath)) == 1 })
+	r := runLockctl(t, env, "inspect", "--json", key)
+	wantCode(t, r, exitOK)
+	var out inspectOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || !out.Held {
+		t.Fatalf("inspect --json: %v\n%s", err, r.stdout)
+	}
+	if out.Detail["session timeout"] != "3s" {
+		t.Errorf("the holder's session timeout is %q in the detail, want its TTL 3s:\n%s", out.Detail["session timeout"], r.stdout)
+	}
+	r = runLockctl(t, env, "inspect", key)
+	wantCode(t, r, exitOK)
+	if !regexp.MustCompile(`(?m)^ttl +.*3s`).MatchString(r.stdout) {
+		t.Errorf("the ttl line does not show the session's timeout:\n%s", r.stdout)
+	}
+}

@@ -7,6 +7,7 @@
 //	lockctl check | doctor | inspect KEY | release --force KEY
 //	lockctl bench --url URL... [--scenario ...] [--out DIR]
 //	lockctl chaos --url URL... [--scenario ...] [--rounds N] [--out DIR]
+//	lockctl version | --version
 //	lockctl help exit-codes
 //	lockctl completion bash|zsh|fish|powershell
 //
@@ -16,6 +17,10 @@
 // if the lock is lost. `lockctl demo` shows, on the embedded backend with
 // no server, why fencing tokens matter: a holder paused past its TTL has
 // its stale write rejected.
+//
+// --json means JSON on standard output, instead of text, on every command;
+// reports go to files with check --json-file, --junit and --markdown, and
+// with bench and chaos --out DIR.
 //
 // The URL comes from --url, else --profile's url in the config file, else
 // $LOCKER_URL, else the config file's default profile (`lockctl --help`
@@ -44,21 +49,22 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 
-	"github.com/redis/go-redis/v9/logging"
-
-	_ "github.com/distlock/locker/etcd"      // etcd://, etcds://
-	_ "github.com/distlock/locker/memory"    // memory://
-	_ "github.com/distlock/locker/redis"     // redis://, rediss://, redis+sentinel://
-	_ "github.com/distlock/locker/redlock"   // redlock://
-	_ "github.com/distlock/locker/zookeeper" // zookeeper://, zk://
+	_ "github.com/distlock/locker/etcd"          // etcd://, etcds://
+	_ "github.com/distlock/locker/memory"        // memory://
+	lockredis "github.com/distlock/locker/redis" // redis://, rediss://, redis+sentinel://
+	_ "github.com/distlock/locker/redlock"       // redlock://
+	_ "github.com/distlock/locker/zookeeper"     // zookeeper://, zk://
 )
 
 func main() {
-	// go-redis logs on its own, process-wide, what the Locker returns as
-	// errors anyway (a failed dial), which lockctl prints once.
-	logging.Disable()
 	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	// go-redis logs on its own, process-wide, mostly what the Locker
+	// returns as errors anyway (a failed dial), which lockctl prints once:
+	// its lines go through lockctl's format, at Warn, which only run
+	// --verbose shows.
+	lockredis.RouteClientLogs(a.logger(slog.LevelError, nil))
 	os.Exit(execute(context.Background(), a, os.Args[1:]))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/distlock/locker"
+	lockredis "github.com/distlock/locker/redis"
 )
 
 func init() { addCommand(newRunCmd) }
@@ -157,7 +158,7 @@ func (r *runCmd) run(c *cobra.Command) error {
 		return withCode(exitError, err)
 	}
 	if scheme(t.url) == "memory" {
-		return exitf(exitError, "%s (from %s) is an in-process backend: its locks are not shared with any other process, so lockctl run would hold them alone; give the URL of a server", redactURL(t.url), t.source)
+		return exitf(exitError, "%s (from %s) is an in-process backend: its locks are not shared with any other process, so lockctl run would hold them alone; give the URL of a server", locker.Redact(t.url), t.source)
 	}
 	// Find the command before taking the lock: a typo must not hold others up.
 	path, err := lookCommand(r.argv[0])
@@ -224,14 +225,16 @@ func (r *runCmd) take(ctx context.Context, t target, opts []locker.Option) (lock
 	level := slog.LevelError
 	if r.verbose {
 		level = slog.LevelWarn
+		lockredis.RouteClientLogs(r.app.logger(level, nil))
 	}
-	l, err := r.app.open(ctx, t, locker.WithLogger(r.app.logger(level)))
+	// The loss of the lock is told by lockctl itself (watch, finish).
+	l, err := r.app.open(ctx, t, locker.WithLogger(r.app.logger(level, isLockLoss)))
 	if err != nil {
 		return nil, nil, err
 	}
 	lock, err := l.TryAcquire(ctx, r.key, opts...)
 	if errors.Is(err, locker.ErrNotAcquired) && !r.noWait {
-		r.say("%q is held by someone else; waiting %s on %s", r.key, waitString(r.wait), redactURL(t.url))
+		r.say("%q is held by someone else; waiting %s on %s", r.key, waitString(r.wait), locker.Redact(t.url))
 		wctx := ctx
 		if r.wait > 0 {
 			var cancel context.CancelFunc

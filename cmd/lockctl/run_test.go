@@ -229,3 +229,36 @@ func TestRunExitStatus(t *testing.T) {
 		}
 	})
 }
+
+// TestRunLossSaidOnce: a lock freed by force under a lockctl run
+// --verbose is reported once, in lockctl's own words: the library's log
+// line for the same loss does not follow it in slog's format.
+func TestRunLossSaidOnce(t *testing.T) {
+	t.Parallel() // waits for servers and TTLs, as the others do
+	forEachServer(t, func(t *testing.T, s server, url string) {
+		dir := t.TempDir()
+		logPath, goPath := filepath.Join(dir, "log"), filepath.Join(dir, "go")
+		key := testKey(t)
+		env := testEnv(t, "LOCKER_URL="+url, "ID=a", "LOG="+logPath, "GO="+goPath)
+		a := start(t, env, "run", "--verbose", "--ttl", "3s", "--grace", "1s", key, "--", "sh", "-c", holdScript)
+		waitFor(t, 30*time.Second, "a enters", func() bool { return len(readLines(t, logPath)) == 1 })
+		wantCode(t, runLockctl(t, env, "release", "--force", "--yes", key), exitOK)
+		if code := a.wait(t, time.Minute); code != exitLockLost {
+			t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitLockLost, a.stderr.String())
+		}
+		stderr := a.stderr.String()
+		var lost []string
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.Contains(l, "lost") || strings.Contains(l, "no longer") {
+				lost = append(lost, l)
+			}
+			if strings.Contains(l, "level=") || strings.Contains(l, "msg=") {
+				t.Errorf("a line in slog's format, not lockctl's: %q", l)
+			}
+		}
+		if len(lost) != 1 {
+			t.Errorf("the loss is reported %d times, want once:\n%s", len(lost), stderr)
+		}
+		os.WriteFile(goPath, nil, 0o600)
+	})
+}

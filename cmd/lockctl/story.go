@@ -106,7 +106,7 @@ type expiring struct {
 
 // newStory opens a client per worker on t.
 func newStory(ctx context.Context, a *app, t target, n int, rep *reporter) (*story, error) {
-	s := &story{rep: rep, url: redactURL(t.url), key: demoKey(), mem: scheme(t.url) == "memory", start: time.Now()}
+	s := &story{rep: rep, url: locker.Redact(t.url), key: demoKey(), mem: scheme(t.url) == "memory", start: time.Now()}
 	quiet := locker.WithLogger(slog.New(slog.DiscardHandler)) // the story tells what the failures mean
 	// Open the URL once as given, even on memory://, so that a bad one
 	// fails as it would anywhere else.

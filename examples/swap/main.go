@@ -85,7 +85,7 @@ func run(url, key string, workers, rounds int) error {
 		}
 		defer l.Close()
 		if w == 0 {
-			fmt.Printf("backend %s: %+v\n", locker.Redact(url), l.Capabilities())
+			fmt.Printf("backend %s (%+v)\n", locker.Redact(url), l.Capabilities())
 		}
 		wg.Add(1)
 		go func() {

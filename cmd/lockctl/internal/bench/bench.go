@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/cmd/lockctl/internal/buildinfo"
 	"github.com/distlock/locker/conformance"
 )
 
@@ -24,7 +26,10 @@ type Options struct {
 	// Command is the command line, for the report.
 	Command string
 	// Progress hears of each step as it starts.
-	Progress func(step, steps int, what string)
+	Progress func(Progress)
+	// Announce hears, before the first step, what the run is about to
+	// open: how many clients at once on each deployment.
+	Announce func(string)
 	// Holder runs the holders the recovery scenario kills.
 	Holder HolderCommand
 }
@@ -46,8 +51,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.TTL = 30 * time.Second
 	}
 	s := o.Settings
-	rep := &Report{Tool: "lockctl bench", Command: o.Command, Started: time.Now(), Machine: machine(), Settings: s}
-	r := &Runner{Settings: s, TTL: o.TTL, KeyPrefix: "lockctl-bench/" + runID() + "/", Progress: o.Progress, Holder: o.Holder}
+	rep := &Report{Tool: "lockctl bench", Build: buildinfo.Read().String(), Command: o.Command, Started: time.Now(), Machine: machine(), Settings: s}
+	r := &Runner{Settings: s, TTL: o.TTL, KeyPrefix: "lockctl-bench/" + runID() + "/", Progress: o.Progress, Holder: o.Holder, began: rep.Started}
 	p, err := r.prepareAll(ctx, o.URLs, rep)
 	defer p.cleanup()
 	if err != nil {
@@ -58,7 +63,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.notef("--rtt %v: the proxies delay each direction by %v, which this machine's timers stretch to about %v: the round trip added is about %v",
 			s.RTT, s.RTT/2, took, 2*took)
 	}
-	r.Plan(planSteps(s, p.all, p.fanout))
+	r.Plan(p.plan(s, r.Holder != nil))
+	for i, d := range p.deps {
+		n, why := d.clients(s)
+		rep.Backends[i].Clients = n
+		note := ClientsNote(d.backend.Name, n, why)
+		if o.Announce != nil && n > 0 && d.backend.Name != "memory" { // memory's clients connect to nothing
+			o.Announce("connections: " + note)
+		}
+		if d.backend.Name == "zookeeper" && n > ZKMaxClientCnxns {
+			r.notef("%s", note)
+		}
+	}
 	for _, sc := range s.Scenarios {
 		if ctx.Err() != nil {
 			break
@@ -66,6 +82,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.run(ctx, sc, p)
 	}
 	rep.Results, rep.Notes = r.Results(), r.Notes()
+	var cerr error
+	if rep.Connections, cerr = r.conns.Peaks(); cerr != nil {
+		r.notef("connections: not counted: %v", cerr)
+		rep.Notes = r.Notes()
+	}
 	rep.Targets = Judge(rep)
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, ctx.Err()
@@ -73,10 +94,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 // prepared is what every scenario of a run measures.
 type prepared struct {
-	all        []Design         // every design of every deployment
-	fanout     map[int][]Design // Redlock designs by node count
-	recovering []recoveryTarget
-	cleanups   []func()
+	all      []Design         // every design of every deployment
+	fanout   map[int][]Design // Redlock designs by node count
+	deps     []deployment
+	cleanups []func()
 }
 
 func (p *prepared) cleanup() {
@@ -97,7 +118,7 @@ func (r *Runner) prepareAll(ctx context.Context, urls []string, rep *Report) (*p
 		p.cleanups = append(p.cleanups, cleanup)
 		rep.Backends = append(rep.Backends, b)
 		p.all = append(p.all, designs...)
-		p.recovering = append(p.recovering, recoveryTarget{backend: b, url: url})
+		p.deps = append(p.deps, deployment{backend: b, url: url, designs: designs, fanout: sets})
 		for n, ds := range sets {
 			p.fanout[n] = append(p.fanout[n], ds...)
 		}
@@ -125,7 +146,7 @@ func (r *Runner) run(ctx context.Context, sc string, p *prepared) {
 	case ScenarioHeldLocks:
 		r.HeldLocks(ctx, p.all)
 	case ScenarioRecovery:
-		r.Recovery(ctx, p.recovering)
+		r.Recovery(ctx, p.deps)
 	}
 }
 
@@ -163,7 +184,7 @@ func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Bac
 	l.Close()
 	b := Backend{
 		Name: caps.Name, URL: locker.Redact(raw), Servers: ServerVersions(ctx, caps.Name, raw),
-		Fencing: caps.Fencing, FIFO: caps.FIFO, WakeOnRelease: caps.WakeOnRelease, ExpirySlack: caps.ExpirySlack,
+		Fencing: caps.Fencing, FIFO: caps.FIFO, WakeOnRelease: caps.WakeOnRelease, ExpirySlack: caps.ExpirySlack, MinTTL: caps.MinTTL,
 	}
 	designs := designsFor(b.Name, b.Name, url, r)
 	sets := map[int][]Design{}
@@ -226,27 +247,106 @@ func withHosts(url string, hosts []string) string {
 	return scheme + "://" + user + strings.Join(hosts, ",") + tail
 }
 
-func planSteps(s Settings, all []Design, fanout map[int][]Design) int {
-	n := 0
-	for _, sc := range s.Scenarios {
-		switch sc {
-		case ScenarioThroughput:
-			n += len(s.Clients)
-		case ScenarioHotKey:
-			n += len(s.Waiters)
-		case ScenarioFanout:
-			n += len(fanout)
-		case ScenarioHeldLocks, ScenarioRecovery:
-			for _, d := range all {
-				if d.Kind == KindLocker {
-					n++
-				}
-			}
-		default:
-			n++
+// plan is how long each step of a run with settings s measures, in the
+// order the steps run, for the estimate of the time left: the time each
+// design is given, times the designs taking turns; the held locks'
+// hold; the recovery rounds' expiries. holder says whether the recovery
+// scenario has a holder process to kill.
+func (p *prepared) plan(s Settings, holder bool) []time.Duration {
+	var waiting []Design
+	for _, d := range p.all {
+		if d.Waits {
+			waiting = append(waiting, d)
 		}
 	}
-	return n
+	each := func(ds []Design) time.Duration { return s.Duration * time.Duration(len(ds)) }
+	var steps []time.Duration
+	for _, sc := range s.Scenarios {
+		switch sc {
+		case ScenarioUncontended, ScenarioFreshKeys:
+			steps = append(steps, each(p.all))
+		case ScenarioThroughput:
+			for range s.Clients {
+				steps = append(steps, each(p.all))
+			}
+		case ScenarioHotKey:
+			for range s.Waiters {
+				steps = append(steps, each(waiting))
+			}
+		case ScenarioFanout:
+			for _, n := range slices.Sorted(maps.Keys(p.fanout)) {
+				steps = append(steps, each(p.fanout[n]))
+			}
+		case ScenarioHeldLocks:
+			r := Runner{Settings: s}
+			for _, dep := range p.deps {
+				for _, d := range dep.designs {
+					if d.Kind == KindLocker {
+						steps = append(steps, 2*max(r.heldTTL(), dep.backend.MinTTL))
+					}
+				}
+			}
+		case ScenarioRecovery:
+			r := Runner{Settings: s}
+			for _, tg := range p.deps {
+				if holder && tg.backend.Name != "memory" {
+					round := recoveryTTL(tg.backend.MinTTL) + tg.backend.ExpirySlack
+					steps = append(steps, round*time.Duration(r.recoveryRounds()))
+				}
+			}
+		}
+	}
+	return steps
+}
+
+// clients is the most clients the run opens at once on d with settings
+// s (each with connections of its own), and in which step.
+func (d deployment) clients(s Settings) (int, string) {
+	var waiting int
+	for _, ds := range d.designs {
+		if ds.Waits {
+			waiting++
+		}
+	}
+	most, why := 0, ""
+	at := func(n int, format string, args ...any) {
+		if n > most {
+			most, why = n, fmt.Sprintf(format, args...)
+		}
+	}
+	for _, sc := range s.Scenarios {
+		switch sc {
+		case ScenarioUncontended, ScenarioFreshKeys:
+			at(len(d.designs), "%s: one client of each of %s", sc, designsText(len(d.designs)))
+		case ScenarioThroughput:
+			for _, n := range s.Clients {
+				at(n*len(d.designs), "throughput: %d clients of each of %s", n, designsText(len(d.designs)))
+			}
+		case ScenarioHotKey:
+			for _, w := range s.Waiters {
+				at(w*waiting, "hot-key: %d waiters of each of %s", w, designsText(waiting))
+			}
+		case ScenarioFanout:
+			for n, ds := range d.fanout {
+				at(len(ds), "fanout on %d nodes: one client of each of %s", n, designsText(len(ds)))
+			}
+		case ScenarioHeldLocks:
+			at(1, "held-locks: one client")
+		case ScenarioRecovery:
+			if d.backend.Name != "memory" {
+				at(2, "recovery: a holder process and a waiter")
+			}
+		}
+	}
+	return most, why
+}
+
+// designsText is "1 design", "3 designs".
+func designsText(n int) string {
+	if n == 1 {
+		return "1 design"
+	}
+	return fmt.Sprintf("%d designs", n)
 }
 
 // sleepTakes is how long a sleep of d takes on this machine: timers round

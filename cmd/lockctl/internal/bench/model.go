@@ -10,7 +10,8 @@ import "time"
 // Report is everything one bench run measured, and what it ran on. It is
 // what --json writes and what the other formats render.
 type Report struct {
-	Tool     string    `json:"tool"`    // "lockctl bench" and the library version
+	Tool     string    `json:"tool"`    // "lockctl bench"
+	Build    string    `json:"build"`   // lockctl's, the library's and Go's versions (buildinfo)
 	Command  string    `json:"command"` // the command line, passwords redacted
 	Started  time.Time `json:"started"`
 	Elapsed  Duration  `json:"elapsed"`
@@ -25,6 +26,10 @@ type Report struct {
 	// Targets are the project's targets, each judged met or missed from
 	// Results, with why when missed.
 	Targets []Target `json:"targets"`
+	// Connections is the most connections the run had open at once to
+	// each server (on Linux: the kernel's count, sampled at the end of
+	// each step, before its clients close).
+	Connections []ServerConns `json:"connections,omitempty"`
 	// Notes are what the run wants the reader to know: a design that
 	// could not run, a scenario skipped for a backend, and why.
 	Notes []string `json:"notes,omitempty"`
@@ -66,6 +71,11 @@ type Backend struct {
 	FIFO          bool     `json:"fifo"`
 	WakeOnRelease bool     `json:"wake_on_release"`
 	ExpirySlack   Duration `json:"expiry_slack"`
+	MinTTL        Duration `json:"min_ttl,omitempty"` // the shortest TTL the backend takes
+	// Clients is the most clients the run opened at once on the
+	// deployment, each with connections of its own (ZooKeeper: one
+	// session, one connection to one server).
+	Clients int `json:"clients,omitempty"`
 }
 
 // Kinds of design.

@@ -15,10 +15,14 @@ import (
 // holds it until it is killed. lockctl's is "lockctl run".
 type HolderCommand func(url, key string, ttl time.Duration) *exec.Cmd
 
-// recoveryTarget is one deployment the recovery scenario runs on.
-type recoveryTarget struct {
+// deployment is one deployment a run measures: its backend, the URL its
+// designs reach it at, and its designs (fanout: Redlock's by node
+// count).
+type deployment struct {
 	backend Backend
 	url     string
+	designs []Design
+	fanout  map[int][]Design
 }
 
 // Recovery: for each deployment, rounds of: a holder process takes a key
@@ -27,7 +31,7 @@ type recoveryTarget struct {
 // measured against TTL + ExpirySlack + one round trip (from a lock taken
 // and released just before). The memory backend's locks live in one
 // process, so it has no recovery to measure.
-func (r *Runner) Recovery(ctx context.Context, targets []recoveryTarget) {
+func (r *Runner) Recovery(ctx context.Context, targets []deployment) {
 	for _, tg := range targets {
 		if tg.backend.Name == "memory" {
 			r.notef("recovery: memory's locks live in one process; no other process can hold them")
@@ -55,7 +59,11 @@ func (r *Runner) recoveryRounds() int {
 	return 3
 }
 
-func (r *Runner) recovery(ctx context.Context, tg recoveryTarget) (*Result, error) {
+// recoveryTTL is the TTL of the recovery scenario's locks: short, as the
+// wait is one TTL per round; at least the backend's smallest, minTTL.
+func recoveryTTL(minTTL time.Duration) time.Duration { return max(2*time.Second, minTTL) }
+
+func (r *Runner) recovery(ctx context.Context, tg deployment) (*Result, error) {
 	d := LockerDesign(tg.backend.Name, tg.url)
 	c, err := d.Open(ctx)
 	if err != nil {
@@ -63,9 +71,7 @@ func (r *Runner) recovery(ctx context.Context, tg recoveryTarget) (*Result, erro
 	}
 	defer c.Close()
 	caps := c.(lockerClient).l.Capabilities()
-	// A short TTL, as the wait is one TTL per round; at least the
-	// backend's smallest.
-	ttl := max(2*time.Second, caps.MinTTL)
+	ttl := recoveryTTL(caps.MinTTL)
 	// One round trip: half an uncontended Acquire+Release.
 	t0 := time.Now()
 	if err := lockUnlock(ctx, c, r.key("recovery", tg.backend.Name, "rtt"), ttl); err != nil {
@@ -137,6 +143,7 @@ func (r *Runner) recoveryRound(ctx context.Context, c Client, url, key string, t
 		return 0, g.err
 	case <-time.After(100 * time.Millisecond):
 	}
+	r.conns.Sample([]int{0, cmd.Process.Pid}) // the holder's and the waiter's
 	if err := cmd.Process.Kill(); err != nil {
 		return 0, fmt.Errorf("killing the holder: %w", err)
 	}

@@ -126,7 +126,8 @@ func renderOrEmpty(r *Report) *Report {
 	return r
 }
 
-// renderTitle is the report's title: the tool and its version.
+// renderTitle is the report's title: the tool (its version is the
+// header's build line).
 func renderTitle(r *Report) string {
 	if r.Tool == "" {
 		return "lockctl bench"
@@ -151,6 +152,7 @@ func renderHeader(r *Report) []renderKV {
 		add("date", date)
 	}
 	add("command", r.Command)
+	add("build", r.Build)
 	add("machine", renderMachine(r.Machine))
 	s := r.Settings
 	add("scenarios", strings.Join(s.Scenarios, ", "))
@@ -167,7 +169,40 @@ func renderHeader(r *Report) []renderKV {
 	if s.HeldLocks > 0 {
 		add("held locks", renderThousands(int64(s.HeldLocks)))
 	}
+	add("clients at once", renderClients(r.Backends))
+	add("connections", ConnsText(r.Connections))
 	return kvs
+}
+
+// renderClients says how many clients the run opened at once on each
+// deployment: "redis 192, zookeeper 192".
+func renderClients(bs []Backend) string {
+	var parts []string
+	for _, b := range bs {
+		if b.Clients > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", b.Name, b.Clients))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ConnsText says how many connections a run had open at once to each
+// server, most first: "at most 192 to 127.0.0.1:22181, 150 to
+// 127.0.0.1:27000 at once".
+func ConnsText(cs []ServerConns) string {
+	const shown = 6
+	var parts []string
+	for i, c := range cs {
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("and %d more servers", len(cs)-shown))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d to %s", c.Max, c.Server))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "at most " + strings.Join(parts, ", ") + " at once"
 }
 
 // renderMachine says what the run measured on, as "linux/amd64, 8 CPUs,

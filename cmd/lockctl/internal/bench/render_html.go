@@ -6,6 +6,17 @@ package bench
 // images), so it opens as it is, offline, and can be attached to an
 // issue.
 //
+// It stays legible on a phone: it is laid out at the screen's width
+// (viewport meta), and what cannot shrink without its text getting too
+// small to read (tables, charts) scrolls sideways in a box of its own,
+// not the page. It asks for no favicon either, which a browser would
+// otherwise fetch when the page is served over HTTP (a CI artifact).
+//
+// The parts of a chart a reader (and the browser test) looks for are
+// marked with classes: "point" on every data point (each with its
+// tooltip), "axis-label x|y" on the axis labels, "tick x|y" on the tick
+// labels, "series" on a line's group.
+//
 // Escaping: the page is an html/template, which escapes every field of
 // the report it prints. The charts are built here as strings and handed
 // to the template as template.HTML, so every string from the report that
@@ -127,18 +138,19 @@ var htmlTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <title>{{.Title}}</title>
 <style>
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --head: #f6f8fa; --met: #1a7f37; --missed: #cf222e; --warn: #9a6700; }
 * { box-sizing: border-box; }
 body { margin: 0; background: #fff; color: var(--fg); font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-header, main, footer { max-width: 1120px; margin: 0 auto; padding: 0 20px; }
+header, main, footer { max-width: 1120px; margin: 0 auto; padding: 0 16px; }
 h1 { font-size: 1.6em; margin: 1.2em 0 .4em; }
 h2 { font-size: 1.25em; margin: 2em 0 .6em; padding-bottom: .3em; border-bottom: 1px solid var(--line); }
 h3 { font-size: 1.05em; margin: 1.6em 0 .2em; }
-dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: .15em 1.2em; margin: 0; }
+dl.meta { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: .15em 1.2em; margin: 0; }
 dl.meta dt { color: var(--muted); }
-dl.meta dd { margin: 0; }
+dl.meta dd { margin: 0; overflow-wrap: anywhere; }
 code { font: 12.5px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: var(--head); padding: .1em .35em; border-radius: 4px; word-break: break-all; }
 nav a { margin-right: 1em; color: #0969da; }
 .scroll { overflow-x: auto; }
@@ -158,8 +170,10 @@ tr.unmeasured td { color: var(--muted); }
 .summary .unmeasured { background: var(--head); color: var(--muted); }
 .about { color: var(--muted); margin: 0 0 .4em; }
 ul.errors { color: var(--warn); margin: .3em 0; }
-figure { margin: 1.6em 0; }
-svg { display: block; max-width: 100%; height: auto; }
+figure { margin: 1.6em 0; overflow-x: auto; }
+/* Scaled below 660 pixels, a chart's 12-unit text would fall under 10
+   pixels: on a narrower screen the chart scrolls in its figure. */
+svg { display: block; max-width: 100%; min-width: 660px; height: auto; }
 footer { color: var(--muted); font-size: 12px; margin-top: 3em; padding-bottom: 2em; }
 </style>
 </head>
@@ -779,9 +793,14 @@ func (c *svgCanvas) line(x1, y1, x2, y2 float64, st svgStyle, width float64) {
 		svgNum(x1), svgNum(y1), svgNum(x2), svgNum(y2), st.stroke, svgNum(width), svgDash(st.dash))
 }
 
-// rect draws a rectangle in a style, with a tooltip if tip is not empty.
+// rect draws a rectangle in a style. With a tooltip, tip, it is a data
+// point (class "point"); without, a legend's swatch.
 func (c *svgCanvas) rect(x, y, w, h float64, st svgStyle, tip string) {
-	c.raw(`<rect x="%s" y="%s" width="%s" height="%s" fill="%s" stroke="%s">`, svgNum(x), svgNum(y), svgNum(w), svgNum(h), st.fill, st.stroke)
+	class := ""
+	if tip != "" {
+		class = ` class="point"`
+	}
+	c.raw(`<rect%s x="%s" y="%s" width="%s" height="%s" fill="%s" stroke="%s">`, class, svgNum(x), svgNum(y), svgNum(w), svgNum(h), st.fill, st.stroke)
 	if tip != "" {
 		c.raw(`<title>%s</title>`, svgEsc(tip))
 	}
@@ -800,7 +819,7 @@ func (c *svgCanvas) yTicks(p svgRect, a svgAxis) {
 	for _, t := range a.ticks {
 		y := a.at(t.v, p.y1, p.y0)
 		c.line(p.x0, y, p.x1, y, svgStyle{stroke: svgGrid}, 1)
-		c.text(p.x0-8, y+4, "end", ` fill="`+svgMuted+`"`, t.label)
+		c.text(p.x0-8, y+4, "end", ` class="tick y" fill="`+svgMuted+`"`, t.label)
 	}
 }
 
@@ -809,7 +828,7 @@ func (c *svgCanvas) xTicks(p svgRect, a svgAxis) {
 	for _, t := range a.ticks {
 		x := a.at(t.v, p.x0, p.x1)
 		c.line(x, p.y0, x, p.y1, svgStyle{stroke: svgGrid}, 1)
-		c.text(x, p.y1+18, "middle", ` fill="`+svgMuted+`"`, t.label)
+		c.text(x, p.y1+18, "middle", ` class="tick x" fill="`+svgMuted+`"`, t.label)
 	}
 }
 
@@ -817,10 +836,10 @@ func (c *svgCanvas) xTicks(p svgRect, a svgAxis) {
 func (c *svgCanvas) axes(p svgRect, f svgFrame) {
 	c.line(p.x0, p.y1, p.x1, p.y1, svgStyle{stroke: svgMuted}, 1)
 	c.line(p.x0, p.y0, p.x0, p.y1, svgStyle{stroke: svgMuted}, 1)
-	c.text((p.x0+p.x1)/2, p.y1+40, "middle", ` font-weight="600"`, f.xLabel)
+	c.text((p.x0+p.x1)/2, p.y1+40, "middle", ` class="axis-label x" font-weight="600"`, f.xLabel)
 	if f.yLabel != "" {
 		mid := (p.y0 + p.y1) / 2
-		c.raw(`<text transform="translate(16 %s) rotate(-90)" text-anchor="middle" font-weight="600">%s</text>`+"\n", svgNum(mid), svgEsc(f.yLabel))
+		c.raw(`<text class="axis-label y" transform="translate(16 %s) rotate(-90)" text-anchor="middle" font-weight="600">%s</text>`+"\n", svgNum(mid), svgEsc(f.yLabel))
 	}
 }
 
@@ -888,10 +907,10 @@ func svgLineChart(f svgFrame, x, y svgAxis, lines []svgLine) string {
 		for _, pt := range l.points {
 			pts = append(pts, svgNum(x.at(pt.x, p.x0, p.x1))+","+svgNum(y.at(pt.y, p.y1, p.y0)))
 		}
-		c.raw(`<g><polyline points="%s" fill="none" stroke="%s" stroke-width="2.5"%s/>`+"\n", strings.Join(pts, " "), l.style.stroke, svgDash(l.style.dash))
+		c.raw(`<g class="series"><polyline points="%s" fill="none" stroke="%s" stroke-width="2.5"%s/>`+"\n", strings.Join(pts, " "), l.style.stroke, svgDash(l.style.dash))
 		for i, pt := range l.points {
 			xy := strings.Split(pts[i], ",")
-			c.raw(`<circle cx="%s" cy="%s" r="3" fill="%s"><title>%s</title></circle>`+"\n", xy[0], xy[1], l.style.stroke, svgEsc(pt.tip))
+			c.raw(`<circle class="point" cx="%s" cy="%s" r="3" fill="%s"><title>%s</title></circle>`+"\n", xy[0], xy[1], l.style.stroke, svgEsc(pt.tip))
 		}
 		c.raw("</g>\n")
 	}
@@ -918,7 +937,7 @@ func svgGroupedBars(f svgFrame, cats []string, y svgAxis, series []svgBarSeries)
 	bar := group * 0.8 / float64(max(len(series), 1))
 	for i, cat := range cats {
 		left := p.x0 + group*float64(i) + group*0.1
-		c.text(p.x0+group*(float64(i)+0.5), p.y1+18, "middle", ` fill="`+svgMuted+`"`, cat)
+		c.text(p.x0+group*(float64(i)+0.5), p.y1+18, "middle", ` class="tick x" fill="`+svgMuted+`"`, cat)
 		for j, s := range series {
 			if v := s.values[i]; !math.IsNaN(v) {
 				top := y.at(v, p.y1, p.y0)
@@ -948,7 +967,7 @@ func svgHBarChart(f svgFrame, x svgAxis, bars []svgHBar) string {
 	for i, b := range bars {
 		top := p.y0 + 8 + svgRowH*float64(i)
 		mid := top + (svgRowH-8)/2
-		c.text(p.x0-8, mid+4, "end", "", svgShorten(b.label, 34))
+		c.text(p.x0-8, mid+4, "end", ` class="tick y"`, svgShorten(b.label, 34))
 		right := x.at(b.v, p.x0, p.x1)
 		c.rect(p.x0, top, max(right-p.x0, 1), svgRowH-8, b.style, b.tip)
 		if !math.IsNaN(b.mark) {

@@ -32,15 +32,19 @@ type Runner struct {
 	// shared deployment touches nothing else and runs do not meet.
 	KeyPrefix string
 	// Progress, when set, hears of each step as it starts: step of
-	// steps, and what it measures.
-	Progress func(step, steps int, what string)
+	// steps, the time left, and what it measures.
+	Progress func(Progress)
 	// Holder runs the holders the recovery scenario kills; without it,
 	// the scenario is left out with a note.
 	Holder HolderCommand
 
-	step, steps int
-	results     []Result
-	notes       []string
+	step    int
+	plan    []time.Duration // how long each step measures, in run order
+	began   time.Time       // when the run began, for Progress's Elapsed
+	first   time.Time       // when the first step started
+	results []Result
+	notes   []string
+	conns   ConnPeaks // the most connections open at once, per server
 }
 
 // Results returns what the runner measured so far.
@@ -53,13 +57,25 @@ func (r *Runner) notef(format string, args ...any) {
 	r.notes = append(r.notes, fmt.Sprintf(format, args...))
 }
 
-// Plan tells the runner how many steps are coming, for Progress.
-func (r *Runner) Plan(steps int) { r.steps = steps }
+// Plan tells the runner the steps coming, for Progress: how long each
+// measures, in the order they run.
+func (r *Runner) Plan(steps []time.Duration) { r.plan = steps }
 
 func (r *Runner) progress(what string) {
+	now := time.Now()
+	if r.step == 0 {
+		r.first = now
+		if r.began.IsZero() {
+			r.began = now
+		}
+	}
 	r.step++
 	if r.Progress != nil {
-		r.Progress(r.step, max(r.steps, r.step), what)
+		left := time.Duration(-1) // a step the plan did not count: no estimate
+		if r.step <= len(r.plan) {
+			left = estimateLeft(r.plan, r.step-1, now.Sub(r.first))
+		}
+		r.Progress(Progress{Step: r.step, Steps: max(len(r.plan), r.step), Elapsed: now.Sub(r.began), Left: left, What: what})
 	}
 }
 
@@ -102,6 +118,14 @@ func (r *Runner) open(ctx context.Context, scenario string, designs []Design, n 
 		out = append(out, o)
 	}
 	return out
+}
+
+// closeAll closes the clients of a step, once it has counted their
+// connections: each step's clients are all open at its end, their pools
+// grown to what the step needed.
+func (r *Runner) closeAll(os []opened) {
+	r.conns.Sample([]int{0})
+	closeAll(os)
 }
 
 func closeClients(cs []Client) {

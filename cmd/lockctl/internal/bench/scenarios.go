@@ -16,7 +16,7 @@ import (
 func (r *Runner) Uncontended(ctx context.Context, designs []Design) {
 	r.progress("uncontended: one client, Acquire+Release back to back")
 	os := r.open(ctx, ScenarioUncontended, designs, 1)
-	defer closeAll(os)
+	defer r.closeAll(os)
 	ts := turns(ctx, os, r.Settings.Duration, func(ctx context.Context, o opened, _ int) error {
 		return lockUnlock(ctx, o.clients[0], r.key("uncontended", o.d.Backend, o.d.Name), r.TTL)
 	})
@@ -30,7 +30,7 @@ func (r *Runner) Uncontended(ctx context.Context, designs []Design) {
 func (r *Runner) FreshKeys(ctx context.Context, designs []Design) {
 	r.progress("fresh-keys: every acquisition on a new key")
 	os := r.open(ctx, ScenarioFreshKeys, designs, 1)
-	defer closeAll(os)
+	defer r.closeAll(os)
 	ts := turns(ctx, os, r.Settings.Duration, func(ctx context.Context, o opened, i int) error {
 		return lockUnlock(ctx, o.clients[0], r.key("fresh", o.d.Backend, o.d.Name, i), r.TTL)
 	})
@@ -73,7 +73,7 @@ func (r *Runner) Throughput(ctx context.Context, designs []Design) {
 		for i, o := range os {
 			r.results = append(r.results, ts[i].result(ScenarioThroughput, o.d, map[string]int{"clients": n, "keys": n}, r.Settings.RTT, "ops"))
 		}
-		closeAll(os)
+		r.closeAll(os)
 	}
 }
 
@@ -103,7 +103,7 @@ func (r *Runner) HotKey(ctx context.Context, designs []Design) {
 			res.Fairness = fair[i].fairness()
 			r.results = append(r.results, res)
 		}
-		closeAll(os)
+		r.closeAll(os)
 	}
 }
 
@@ -186,7 +186,7 @@ func (r *Runner) Fanout(ctx context.Context, sets map[int][]Design) {
 		for i, o := range os {
 			r.results = append(r.results, ts[i].result(ScenarioFanout, o.d, map[string]int{"nodes": n}, r.Settings.RTT, "ops"))
 		}
-		closeAll(os)
+		r.closeAll(os)
 	}
 }
 
@@ -226,7 +226,10 @@ func (r *Runner) heldLocks(ctx context.Context, d Design, n int) (Result, error)
 	if err != nil {
 		return res, err
 	}
-	defer c.Close()
+	defer func() {
+		r.conns.Sample([]int{0})
+		c.Close()
+	}()
 	lc, ok := c.(lockerClient)
 	if !ok {
 		return res, fmt.Errorf("%s is not a Locker", d.Name)

@@ -15,8 +15,9 @@ func (e *engine) cell(ctx context.Context, sc *Scenario, d *deployment) Cell {
 		if ctx.Err() != nil {
 			break
 		}
-		e.progress(fmt.Sprintf("%s on %s, round %d of %d", sc.Name, d.label, i+1, e.o.Rounds))
+		e.progress(d, fmt.Sprintf("%s on %s, round %d of %d", sc.Name, d.label, i+1, e.o.Rounds))
 		res := e.round(ctx, sc, d, i)
+		e.roundEnded(d)
 		c.History = append(c.History, res)
 		c.Counts.add(res.Counts)
 		if res.Recovered {
@@ -55,6 +56,7 @@ func (e *engine) round(ctx context.Context, sc *Scenario, d *deployment, i int) 
 		return RoundResult{Err: err.Error()}
 	}
 	r := newRound(key, dd.url, dd.ttl, dd.slack, e.o.Worker, dd.fencing)
+	r.started = e.track
 	err = sc.run(ctx, r, &dd)
 	r.stopAll()
 	res := r.outcome()

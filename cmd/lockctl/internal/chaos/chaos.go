@@ -20,6 +20,7 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/cmd/lockctl/internal/bench"
+	"github.com/distlock/locker/cmd/lockctl/internal/buildinfo"
 )
 
 // Options says what a run does.
@@ -35,20 +36,29 @@ type Options struct {
 	ZKClasspath string // the ZooKeeper classpath for the leader scenarios
 	Worker      WorkerCommand
 	Command     string // the command line, for the report
-	// Progress, if set, is told of each round as it starts.
-	Progress func(step, steps int, what string)
+	// Progress, if set, is told of each round as it starts, with an
+	// estimate of the time left.
+	Progress func(bench.Progress)
+	// Announce, if set, hears before the first round how many
+	// connections the run opens.
+	Announce func(string)
 }
 
 // Report is the outcome of a run.
 type Report struct {
 	Tool     string        `json:"tool"`
+	Build    string        `json:"build"` // lockctl's, the library's and Go's versions (buildinfo)
 	Command  string        `json:"command,omitempty"`
 	Started  time.Time     `json:"started"`
 	Took     time.Duration `json:"took"`
 	Machine  string        `json:"machine"`
 	Backends []Backend     `json:"backends"`
 	Cells    []Cell        `json:"cells"`
-	Notes    []string      `json:"notes,omitempty"`
+	// Connections is the most connections the run's processes (this one
+	// and its workers) had open at once to each server, sampled every
+	// connSampleEvery as the rounds ran (on Linux).
+	Connections []bench.ServerConns `json:"connections,omitempty"`
+	Notes       []string            `json:"notes,omitempty"`
 }
 
 // Backend is one deployment of the run.
@@ -100,6 +110,7 @@ type RoundResult struct {
 
 // deployment is a backend the rounds run on.
 type deployment struct {
+	index   int    // in the run's deployments
 	backend string // the backend's name, which scenarios apply to
 	label   string // the backend's name, numbered when the run has several of one backend
 	url     string // what the workers are given
@@ -124,7 +135,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.TTL <= 0 {
 		o.TTL = 2 * time.Second
 	}
-	rep := &Report{Tool: "lockctl chaos", Command: o.Command, Started: time.Now(),
+	rep := &Report{Tool: "lockctl chaos", Build: buildinfo.Read().String(), Command: o.Command, Started: time.Now(),
 		Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())}
 	e := &engine{o: o, rep: rep, id: runID()}
 	defer e.cleanup()
@@ -132,6 +143,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	e.plan(scs)
+	if o.Announce != nil {
+		o.Announce("connections: " + e.connsNote())
+	}
+	stop := e.sampleConns()
 	// Each backend runs its cells in turn, the backends at once: their
 	// rounds share no server and no key.
 	cells := make([][]Cell, len(e.deps))
@@ -146,6 +161,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		})
 	}
 	wg.Wait()
+	stop()
+	var cerr error
+	if rep.Connections, cerr = e.conns.Peaks(); cerr != nil {
+		rep.Notes = append(rep.Notes, "connections: not counted: "+cerr.Error())
+	}
 	rep.Cells = matrix(scs, cells)
 	rep.Took = time.Since(rep.Started)
 	return rep, ctx.Err()
@@ -194,19 +214,33 @@ type engine struct {
 	deps []*deployment
 	dir  string // for the servers the engine starts
 
-	mu    sync.Mutex // guards step
+	mu    sync.Mutex // guards step and sched
 	step  int
 	steps int
+	sched *schedule
+
+	conns  bench.ConnPeaks
+	procMu sync.Mutex // guards procs
+	procs  []*proc    // the workers started, for sampleConns
 }
 
-// progress reports the start of the next round.
-func (e *engine) progress(what string) {
+// progress reports the start of d's next round.
+func (e *engine) progress(d *deployment, what string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	now := time.Now()
 	e.step++
+	e.sched.start(d.index, now)
 	if e.o.Progress != nil {
-		e.o.Progress(e.step, e.steps, what)
+		e.o.Progress(bench.Progress{Step: e.step, Steps: e.steps, Elapsed: now.Sub(e.rep.Started), Left: e.sched.timeLeft(now), What: what})
 	}
+}
+
+// roundEnded notes the end of d's running round.
+func (e *engine) roundEnded(d *deployment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sched.end(d.index, time.Now())
 }
 
 // prepare opens each deployment once, to learn its backend and what it
@@ -224,7 +258,7 @@ func (e *engine) prepare(ctx context.Context) error {
 		if caps.Name == "memory" {
 			return fmt.Errorf("%s: the memory backend's locks live in one process; chaos needs holders in processes of their own (give a server backend)", locker.Redact(u))
 		}
-		d := &deployment{backend: caps.Name, label: e.label(caps.Name), url: u, fencing: caps.Fencing, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
+		d := &deployment{index: len(e.deps), backend: caps.Name, label: e.label(caps.Name), url: u, fencing: caps.Fencing, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
 		e.deps = append(e.deps, d)
 		e.rep.Backends = append(e.rep.Backends, Backend{Name: d.label, URL: locker.Redact(u), Servers: bench.ServerVersions(ctx, caps.Name, u),
 			Fencing: d.fencing, TTL: d.ttl, ExpirySlack: d.slack})
@@ -255,14 +289,20 @@ func (e *engine) cleanup() {
 	}
 }
 
+// plan counts the rounds coming, and schedules them per deployment.
 func (e *engine) plan(scs []*Scenario) {
+	rounds := make([][]string, len(e.deps))
 	for _, sc := range scs {
-		for _, d := range e.deps {
+		for i, d := range e.deps {
 			if slices.Contains(sc.Backends, d.backend) {
 				e.steps += e.o.Rounds
+				for range e.o.Rounds {
+					rounds[i] = append(rounds[i], sc.Name)
+				}
 			}
 		}
 	}
+	e.sched = newSchedule(rounds)
 }
 
 // runID is a random name for this run's keys, so that runs on a shared

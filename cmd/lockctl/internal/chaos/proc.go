@@ -52,6 +52,9 @@ func (r *round) startProc(ctx context.Context, name, url string) (*proc, error) 
 		return nil, fmt.Errorf("starting worker %s: %w", name, err)
 	}
 	r.procs = append(r.procs, p)
+	if r.started != nil {
+		r.started(p)
+	}
 	if _, err := p.await(ctx, evReady); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/distlock/locker/cmd/lockctl/internal/bench"
 )
 
 // matrixHeader names the columns of the matrix, in text and Markdown.
@@ -45,6 +47,9 @@ func WriteText(w io.Writer, rep *Report) error {
 	for _, n := range rep.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
+	if c := bench.ConnsText(rep.Connections); c != "" {
+		fmt.Fprintln(w, "connections:", c)
+	}
 	_, err := fmt.Fprintf(w, "%d cells in %v\n", len(rep.Cells), rep.Took.Round(time.Second))
 	return err
 }
@@ -55,9 +60,15 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "# %s\n\n`%s`, started %s, took %v, on %s.\n\n", rep.Tool, rep.Command,
 		rep.Started.UTC().Format("2006-01-02 15:04 UTC"), rep.Took.Round(time.Second), rep.Machine)
+	if rep.Build != "" {
+		fmt.Fprintf(b, "Built from %s.\n\n", rep.Build)
+	}
 	b.WriteString("| backend | url | servers | fencing | TTL | expiry slack |\n|---|---|---|---|--:|--:|\n")
 	for _, be := range rep.Backends {
 		fmt.Fprintf(b, "| %s | %s | %s | %v | %v | %v |\n", be.Name, mdEscape(be.URL), mdEscape(orDash(be.Servers)), be.Fencing, be.TTL, be.ExpirySlack)
+	}
+	if c := bench.ConnsText(rep.Connections); c != "" {
+		fmt.Fprintf(b, "\nConnections: %s.\n", c)
 	}
 	b.WriteString("\n## Matrix\n\n| " + strings.Join(matrixHeader, " | ") + " |\n|" + strings.Repeat("---|", len(matrixHeader)) + "\n")
 	for _, c := range rep.Cells {

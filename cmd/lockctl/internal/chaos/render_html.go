@@ -1,18 +1,30 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/distlock/locker/cmd/lockctl/internal/bench"
 )
 
 // WriteHTML writes the report as one self-contained HTML page (no
-// scripts, no external assets): the matrix, and per cell a timeline chart
-// of one round: who believed it held the lock when, and each write with
-// its verdict.
+// scripts, no external assets, not even a favicon to fetch): the
+// matrix, and per cell a timeline chart of one round: who believed it
+// held the lock when, and each write with its verdict.
+//
+// The page stays legible on a phone: it is laid out at the screen's
+// width (viewport meta), and the tables, timelines and round histories,
+// which cannot shrink without their text getting too small to read,
+// scroll sideways in boxes of their own rather than the page. The parts
+// of a timeline are marked as bench's charts are: "point" on each hold
+// and write (each with its tooltip), "axis-label x|y", "tick x|y".
 func WriteHTML(w io.Writer, rep *Report) error {
 	return htmlPage.Execute(w, rep)
 }
@@ -21,33 +33,46 @@ var htmlPage = template.Must(template.New("chaos").Funcs(template.FuncMap{
 	"row":      matrixRow,
 	"header":   func() []string { return matrixHeader },
 	"timeline": timelineSVG,
+	"conns":    bench.ConnsText,
 	"when":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
 	"dur":      func(d time.Duration) string { return d.Round(time.Second).String() },
 	"ms":       func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 }).Parse(`<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{{.Tool}}</title>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>{{.Tool}}</title>
 <style>
-body{font-family:sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}
-tr.bad td{background:#fdd}pre{font-size:12px;background:#f6f6f6;padding:8px}
+body{font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif;margin:0 auto;padding:0 16px 2em;max-width:1120px;color:#222}
+code{font-size:12.5px;overflow-wrap:anywhere}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;white-space:nowrap}
+tr.bad td{background:#fdd}
+pre{font-size:12px;background:#f6f6f6;padding:8px;overflow-x:auto}
+figure{margin:1em 0;overflow-x:auto}
+/* Scaled below 660 pixels, a timeline's 12-unit text would fall under
+   10 pixels: on a narrower screen it scrolls in its figure. */
+svg{display:block;max-width:100%;min-width:660px;height:auto}
 </style></head><body>
 <h1>{{.Tool}}</h1>
 <p><code>{{.Command}}</code>, started {{when .Started}}, took {{dur .Took}}, on {{.Machine}}.</p>
-<table><tr><th>backend</th><th>url</th><th>servers</th><th>fencing</th><th>TTL</th><th>expiry slack</th></tr>
+{{if .Build}}<p>Built from {{.Build}}.</p>{{end}}
+<div class="scroll"><table><tr><th>backend</th><th>url</th><th>servers</th><th>fencing</th><th>TTL</th><th>expiry slack</th></tr>
 {{range .Backends}}<tr><td>{{.Name}}</td><td>{{.URL}}</td><td>{{or .Servers "-"}}</td><td>{{.Fencing}}</td><td>{{.TTL}}</td><td>{{.ExpirySlack}}</td></tr>
-{{end}}</table>
+{{end}}</table></div>
+{{with conns .Connections}}<p>Connections: {{.}}.</p>{{end}}
 <h2>Matrix</h2>
-<table><tr>{{range header}}<th>{{.}}</th>{{end}}</tr>
+<div class="scroll"><table><tr>{{range header}}<th>{{.}}</th>{{end}}</tr>
 {{range .Cells}}<tr{{if not .Expected}} class="bad"{{end}}>{{range row .}}<td>{{.}}</td>{{end}}</tr>
-{{end}}</table>
+{{end}}</table></div>
 <p>In each timeline: a bar is the time a client believed it held the lock (from its grant to its loss, release or death);
 a tick is a write: <span style="color:#2a2">rightful</span>, <span style="color:#24c">stale, rejected by the fence</span>,
 <span style="color:#d00">stale, accepted after the new holder's write</span>, <span style="color:#e80">stale, accepted before it</span>,
 <span style="color:#a0a">rightful, rejected</span>; a dashed line is a fault or a recovery.</p>
-{{range .Cells}}<h3>{{.Scenario}} on {{.Backend}}</h3>
+{{range $c := .Cells}}<h3>{{.Scenario}} on {{.Backend}}</h3>
 <p>Expected: {{.Expect}}. Verdict: {{.Verdict}}.</p>
 {{range .Errors}}<p>error: {{.}}</p>{{end}}
-{{with .Example}}{{timeline .}}
+{{with .Example}}<figure>{{timeline $c .}}</figure>
 <pre>{{range .Timeline}}{{ms .At}}  {{.Client}}  {{.What}}
 {{end}}</pre>{{end}}
 {{end}}
@@ -55,50 +80,139 @@ a tick is a write: <span style="color:#2a2">rightful</span>, <span style="color:
 </body></html>
 `))
 
-// timelineSVG draws one round: a bar per hold (the time a client believed
-// it held the lock), a tick per write (green accepted, red stale
-// accepted, blue rejected), and the engine's marks (faults) as dashed
-// lines.
-func timelineSVG(res *RoundResult) template.HTML {
-	const width, left, lane = 720.0, 40.0, 28.0
-	clients := []string{}
+// Timeline layout, in the viewBox's units; the page scales the SVG to
+// fit its figure.
+const (
+	tlWidth = 720.0
+	tlLeft  = 96.0 // the y axis' label and the clients' names
+	tlRight = 16.0
+	tlTop   = 8.0
+	tlLane  = 28.0
+	tlBar   = 18.0 // a hold's bar, in its lane
+	tlBelow = 44.0 // the x axis' ticks and label
+)
+
+// timeline draws a cell's example round.
+type timeline struct {
+	res     *RoundResult
+	clients []string      // a lane each, in the order they first appear
+	span    time.Duration // the x axis' end
+}
+
+// timelineSVG draws one round of the cell whose example it is: a bar per
+// hold (the time a client believed it held the lock), a tick per write
+// (coloured by verdict), the engine's marks (faults) as dashed lines, a
+// time axis and a lane per client.
+func timelineSVG(c Cell, res *RoundResult) template.HTML {
+	tl := timeline{res: res, span: max(res.Took, time.Millisecond)}
 	for _, h := range res.Holds {
-		if !slices.Contains(clients, h.Client) {
-			clients = append(clients, h.Client)
-		}
+		tl.lane(h.Client)
 	}
-	span := max(res.Took, time.Millisecond)
-	x := func(d time.Duration) float64 { return left + (width-left-10)*float64(d)/float64(span) }
-	y := func(c string) float64 {
-		for i, n := range clients {
-			if n == c {
-				return 10 + lane*float64(i)
-			}
-		}
-		return 10
+	for _, w := range res.Writes {
+		tl.lane(w.Client)
 	}
-	height := 20 + lane*float64(max(len(clients), 1)) + 14
+	bottom := tlTop + tlLane*float64(max(len(tl.clients), 1))
+	height := bottom + tlBelow
+	id := timelineID(c)
 	b := &strings.Builder{}
-	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-size="11">`, width, height)
-	for _, c := range clients {
-		fmt.Fprintf(b, `<text x="4" y="%.1f">%s</text>`, y(c)+13, template.HTMLEscapeString(c))
-	}
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" id="%s" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-labelledby="%s-title" font-family="system-ui, sans-serif" font-size="12" fill="#222">`,
+		id, tlWidth, height, tlWidth, height, id)
+	fmt.Fprintf(b, `<title id="%s-title">%s on %s: one round's timeline</title>`, id, esc(c.Scenario), esc(c.Backend))
+	tl.axes(b, bottom)
 	for _, h := range res.Holds {
-		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="18" fill="#9bc4e8"><title>%s held: %s</title></rect>`,
-			x(h.From), y(h.Client), max(x(h.To)-x(h.From), 1), template.HTMLEscapeString(h.Client), template.HTMLEscapeString(h.Ended))
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" class="point hold" fill="#9bc4e8"><title>%s held the lock from %v to %v (%s)</title></rect>`,
+			tl.x(h.From), tl.y(h.Client)+(tlLane-tlBar)/2, max(tl.x(h.To)-tl.x(h.From), 1), tlBar,
+			esc(h.Client), h.From.Round(time.Millisecond), h.To.Round(time.Millisecond), esc(h.Ended))
 	}
 	colors := map[string]string{"rightful": "#2a2", "stale-accepted": "#d00", "late-accepted": "#e80", "stale-rejected": "#24c", "rightful-rejected": "#a0a"}
 	for _, w := range res.Writes {
-		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="4" height="24" fill="%s"><title>write, fence %d: %s</title></rect>`,
-			x(w.At)-2, y(w.Client)-3, colors[w.Verdict], w.Fence, w.Verdict)
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="4" height="%.0f" class="point write" fill="%s"><title>%s wrote with fence %d at %v: %s</title></rect>`,
+			tl.x(w.At)-2, tl.y(w.Client)+2, tlLane-4, cmp.Or(colors[w.Verdict], "#222"), esc(w.Client), w.Fence, w.At.Round(time.Millisecond), esc(w.Verdict))
 	}
 	for _, m := range res.Timeline {
 		if m.Client == "" {
-			fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="4" y2="%.1f" stroke="#888" stroke-dasharray="3,3"><title>%s: %s</title></line>`,
-				x(m.At), x(m.At), height-14, m.At.Round(time.Millisecond), template.HTMLEscapeString(m.What))
+			fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" class="mark" stroke="#888" stroke-dasharray="3,3"><title>%v: %s</title></line>`,
+				tl.x(m.At), tl.x(m.At), tlTop, bottom, m.At.Round(time.Millisecond), esc(m.What))
 		}
 	}
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f">0</text><text x="%.1f" y="%.1f" text-anchor="end">%v</text></svg>`,
-		left, height-2, width-10, height-2, span.Round(time.Millisecond))
+	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
 }
+
+// timelineID is the id of a cell's timeline: "timeline-pause-redis",
+// "timeline-kill-redis-2" for redis#2.
+func timelineID(c Cell) string {
+	var b strings.Builder
+	b.WriteString("timeline")
+	for _, part := range []string{c.Scenario, c.Backend} {
+		b.WriteByte('-')
+		for _, r := range strings.ToLower(part) {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+				b.WriteRune(r)
+			} else {
+				b.WriteByte('-')
+			}
+		}
+	}
+	return b.String()
+}
+
+// lane adds client's lane, if it has none yet.
+func (tl *timeline) lane(client string) {
+	if !slices.Contains(tl.clients, client) {
+		tl.clients = append(tl.clients, client)
+	}
+}
+
+func (tl *timeline) x(d time.Duration) float64 {
+	return tlLeft + (tlWidth-tlLeft-tlRight)*float64(d)/float64(tl.span)
+}
+
+// y is the top of client's lane.
+func (tl *timeline) y(client string) float64 {
+	return tlTop + tlLane*float64(max(slices.Index(tl.clients, client), 0))
+}
+
+// axes draws the time axis (ticks, grid and label) below the lanes, and
+// the clients' names and the y axis' label left of them.
+func (tl *timeline) axes(b *strings.Builder, bottom float64) {
+	step := tickStep(tl.span, 8)
+	for t := time.Duration(0); t <= tl.span; t += step {
+		x := tl.x(t)
+		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#e4e8ec"/>`, x, x, tlTop, bottom)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle" class="tick x" fill="#59636e">%s</text>`, x, bottom+16, t)
+	}
+	fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#59636e"/>`, tlLeft, tlWidth-tlRight, bottom, bottom)
+	fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle" class="axis-label x" font-weight="600">time since the round began</text>`,
+		(tlLeft+tlWidth-tlRight)/2, bottom+36)
+	for _, c := range tl.clients {
+		fmt.Fprintf(b, `<text x="%.0f" y="%.1f" text-anchor="end" class="tick y">%s</text>`,
+			tlLeft-8, tl.y(c)+tlLane/2+4, esc(shorten(c, 10)))
+	}
+	fmt.Fprintf(b, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle" class="axis-label y" font-weight="600">client</text>`,
+		(tlTop+bottom)/2)
+}
+
+// tickStep is a round step (1, 2 or 5 times a power of ten) that cuts
+// span into at most n parts.
+func tickStep(span time.Duration, n int) time.Duration {
+	raw := float64(span) / float64(n)
+	mag := math.Pow(10, math.Floor(math.Log10(max(raw, 1))))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*mag >= raw {
+			return max(time.Duration(m*mag), 1)
+		}
+	}
+	return time.Duration(10 * mag)
+}
+
+// shorten cuts s to n characters, marking the cut with an ellipsis; the
+// holds' and writes' tooltips name the client whole.
+func shorten(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func esc(s string) string { return template.HTMLEscapeString(s) }

@@ -46,7 +46,7 @@ func sampleReport(t *testing.T) *Report {
 		Recovered: true,
 	}
 	return &Report{
-		Tool:    "lockctl chaos",
+		Tool: "lockctl chaos", Build: "lockctl v1, library v1, go1.26.0 linux/amd64",
 		Command: "lockctl chaos --url redis://x",
 		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		Took:    3 * time.Second,
@@ -114,6 +114,7 @@ func TestWriteMarkdown(t *testing.T) {
 	mustContain(t, out,
 		"# lockctl chaos\n",
 		"`lockctl chaos --url redis://x`, started 2026-01-02 03:04 UTC",
+		"Built from lockctl v1, library v1, go1.26.0 linux/amd64.\n",
 		"| "+strings.Join(matrixHeader, " | ")+" |\n|"+strings.Repeat("---|", len(matrixHeader))+"\n",
 		"| redlock | redlock://a\\|b |", // a pipe in a value stays in its cell
 		"| pause | redlock | 7 | 1 | 2 | 3 | 4 | 5 | 6 | 100ms | 7/7 | as expected |\n",
@@ -163,7 +164,7 @@ func TestWriteHTML(t *testing.T) {
 	if n := strings.Count(out, `class="bad"`); n != 1 {
 		t.Errorf("%d rows marked bad, want 1", n)
 	}
-	if n, want := strings.Count(out, "<line "), 2; n != want {
+	if n, want := strings.Count(out, `class="mark"`), 2; n != want {
 		t.Errorf("%d mark lines, want one per engine mark: %d", n, want)
 	}
 	// Each verdict has its colour, and each client its lane.
@@ -176,8 +177,16 @@ func TestWriteHTML(t *testing.T) {
 	for _, v := range []string{"stale-accepted", "late-accepted", "stale-rejected", "rightful-rejected"} {
 		mustContain(t, out, ": "+v+"</title>")
 	}
-	// No external reference, the SVG namespace aside.
+	// Axes: the time ticks and label, a lane per client (writers
+	// included) named on the y axis.
+	mustContain(t, out, `class="axis-label x"`, `class="axis-label y"`, `>0s</text>`, `>200ms</text>`, `>1s</text>`, `id="timeline-pause-redlock"`, `viewBox="0 0 720 `)
+	if n := strings.Count(out, `class="tick y"`); n != 3 {
+		t.Errorf("%d client lanes named, want 3 (A, B and C)", n)
+	}
+	// No external reference, the SVG namespace and the empty favicon
+	// (which keeps a browser from fetching one) aside.
 	rest := strings.ReplaceAll(out, `xmlns="http://www.w3.org/2000/svg"`, "")
+	rest = strings.Replace(rest, `<link rel="icon" href="data:,">`, "", 1)
 	for _, s := range []string{"http://", "https://", "src=", "<link", "@import", "url("} {
 		if strings.Contains(rest, s) {
 			t.Errorf("the page references %q: it must be self-contained", s)

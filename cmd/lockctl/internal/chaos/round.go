@@ -17,6 +17,8 @@ type round struct {
 	slack  time.Duration // the backend's ExpirySlack
 	worker WorkerCommand
 	start  time.Time
+	// started, if set, hears of each worker the round starts.
+	started func(*proc)
 
 	mu       sync.Mutex
 	res      resource
