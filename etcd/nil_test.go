@@ -1,13 +1,13 @@
 package etcd_test
 
 import (
-	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/etcd"
+	"github.com/distlock/locker/internal/testenv"
 )
 
 // TestNewNil: New refuses a nil client, and a Client literal that
@@ -25,23 +25,7 @@ func TestNewNil(t *testing.T) {
 		{"zero Client", &clientv3.Client{}, nil, "make it with clientv3.New"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var l locker.Locker
-			var err error
-			func() {
-				defer func() {
-					if p := recover(); p != nil {
-						t.Fatalf("New panicked: %v", p)
-					}
-				}()
-				l, err = etcd.New(tc.c, tc.opts)
-			}()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("New(%s) = %v, want an error containing %q", tc.name, err, tc.want)
-			}
-			if l != nil {
-				t.Errorf("New(%s) returned a Locker with its error", tc.name)
-				l.Close()
-			}
+			testenv.WantNewError(t, "New("+tc.name+")", func() (locker.Locker, error) { return etcd.New(tc.c, tc.opts) }, tc.want)
 		})
 	}
 }

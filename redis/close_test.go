@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
-
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/internal/testenv"
 )
@@ -103,40 +100,13 @@ func (g *gate) close() {
 	g.wg.Wait()
 }
 
-// goredisLog records go-redis's process-wide log, as an application that
-// routes it with goredis.SetLogger does.
-type goredisLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *goredisLog) Printf(_ context.Context, format string, v ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, v...))
-	l.mu.Unlock()
-}
-
-func (l *goredisLog) since(n int) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines[n:]...)
-}
-
-func (l *goredisLog) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.lines)
-}
-
 // TestNoDialAfterClose: a Locker whose server went down while it held a
 // lock and had a waiter subscribed keeps trying to reach it; once Close
 // returns, nothing of the Locker dials the server again, and go-redis logs
 // no more dial failures of its own. The gate counts connections after Close on the server's
 // port; for Sentinel the gates stand in front of the Sentinels.
 func TestNoDialAfterClose(t *testing.T) {
-	log := &goredisLog{}
-	goredis.SetLogger(log)
-	t.Cleanup(logging.Enable) // go-redis's default logger again
+	log := testenv.RecordRedisLog(t)
 	single := testenv.Get(t, testenv.RedisURL)
 	sentinel := testenv.Get(t, testenv.RedisSentinelURL)
 	cases := map[string]struct {
@@ -191,7 +161,7 @@ func TestNoDialAfterClose(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond)
 			l.Close()
 			<-waiting
-			logged := log.len()
+			logged := log.Len()
 			for _, g := range gates {
 				g.listen()
 			}
@@ -206,7 +176,7 @@ func TestNoDialAfterClose(t *testing.T) {
 			// A dial go-redis had in flight at Close ends at once, but its
 			// goroutine, which Close cannot wait for, may still log that
 			// it failed: with the gate's error, never a network one.
-			for _, line := range log.since(logged) {
+			for _, line := range log.Since(logged) {
 				if !strings.Contains(line, "client closed by its Locker") {
 					t.Errorf("go-redis logged after Close: %q", line)
 				}

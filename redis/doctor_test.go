@@ -154,7 +154,7 @@ func TestDiagnoseNoConfig(t *testing.T) {
 // finding about it, and what Open would refuse is not reported twice.
 func TestDiagnoseUnreachable(t *testing.T) {
 	testenv.Get(t, testenv.RedisServer) // the servers-required policy applies
-	addr := doctortest.ClosedAddr(t)
+	addr := testenv.ClosedAddr(t)
 	d := doctortest.Diagnose(t, "redis://"+addr)
 	var about []locker.Finding
 	for _, f := range d.Findings {

@@ -37,14 +37,7 @@ func TestNewNil(t *testing.T) {
 		{"NewRedigo(nil)", func() (locker.Locker, error) { return redis.NewRedigo(nil, nil) }, "redis: NewRedigo: the pool is nil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := tc.new()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%s = %v, want an error containing %q", tc.name, err, tc.want)
-			}
-			if l != nil {
-				t.Errorf("%s returned a Locker with its error", tc.name)
-				l.Close()
-			}
+			testenv.WantNewError(t, tc.name, tc.new, tc.want)
 		})
 	}
 }
@@ -58,9 +51,7 @@ func TestNewNil(t *testing.T) {
 // back, the Locker uses it again.
 func TestServerDownLogsRarely(t *testing.T) {
 	single := hostOf(t, testenv.Get(t, testenv.RedisURL))
-	log := &goredisLog{}
-	goredis.SetLogger(log)
-	t.Cleanup(logging.Enable) // go-redis's default logger again
+	log := testenv.RecordRedisLog(t)
 	cases := map[string]func(t *testing.T, addr string) locker.Locker{
 		"url": func(t *testing.T, addr string) locker.Locker {
 			l, err := locker.Open(context.Background(), "redis://"+addr, locker.WithLogger(slog.New(slog.DiscardHandler)))
@@ -100,7 +91,7 @@ func TestServerDownLogsRarely(t *testing.T) {
 			const requests = 30
 			for i := range requests {
 				if i == 1 {
-					logged = log.len()
+					logged = log.Len()
 				}
 				_, err := l.TryAcquire(ctx, key)
 				if err == nil || errors.Is(err, locker.ErrNotAcquired) {
@@ -112,7 +103,7 @@ func TestServerDownLogsRarely(t *testing.T) {
 					t.Fatalf("TryAcquire %d: %v; the request never left, so no lock can have been taken", i, err)
 				}
 			}
-			if lines := log.since(logged); len(lines) > 0 {
+			if lines := log.Since(logged); len(lines) > 0 {
 				t.Errorf("go-redis logged %d lines for %d requests to a server found down, want none:\n%s",
 					len(lines), requests-1, strings.Join(lines, "\n"))
 			}

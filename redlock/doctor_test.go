@@ -37,7 +37,7 @@ func TestDiagnoseDevNodes(t *testing.T) {
 // answers.
 func TestDiagnoseDeadNodes(t *testing.T) {
 	hosts := testenv.Hosts(t, testenv.Get(t, testenv.RedlockURL))
-	dead1, dead2 := doctortest.ClosedAddr(t), doctortest.ClosedAddr(t)
+	dead1, dead2 := testenv.ClosedAddr(t), testenv.ClosedAddr(t)
 
 	nodes := []string{hosts[0], hosts[1], dead1}
 	d := doctortest.Diagnose(t, "redlock://"+strings.Join(nodes, ","))

@@ -5,35 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/redlock"
 )
-
-// closedPorts returns n loopback addresses where nothing listens: nodes
-// that are down.
-func closedPorts(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		defer ln.Close() // all at once at the end: n distinct ports
-	}
-	return addrs
-}
 
 // openers open a Locker on the nodes at addrs in each way there is: a
 // URL with either client library, and the typed constructors.
@@ -75,8 +57,8 @@ func openers(t *testing.T, log *slog.Logger) map[string]func(addrs []string) (lo
 // a majority answering, Open succeeds and warns, through the logger
 // given, naming each node down.
 func TestOpenWithoutMajority(t *testing.T) {
-	recordClientLog(t) // the failed dials at Open, off the test's output
-	down := closedPorts(t, 3)
+	testenv.RecordRedisLog(t) // the failed dials at Open, off the test's output
+	down := testenv.ClosedAddrs(t, 3)
 	quiet := slog.New(slog.DiscardHandler)
 	for name, open := range openers(t, quiet) {
 		t.Run(name+"/none", func(t *testing.T) {
@@ -163,14 +145,7 @@ func TestNewNil(t *testing.T) {
 		}, "redlock: NewRedigo: pool 2 is nil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := tc.new()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%s = %v, want an error containing %q", tc.name, err, tc.want)
-			}
-			if l != nil {
-				t.Errorf("%s returned a Locker with its error", tc.name)
-				l.Close()
-			}
+			testenv.WantNewError(t, tc.name, tc.new, tc.want)
 		})
 	}
 }
@@ -186,46 +161,13 @@ func recordDefaultLog(t *testing.T) *defaultLog {
 	return d
 }
 
-// clientLog records go-redis's process-wide log, installed through
-// go-redis's own SetLogger for one test; the default is back after it.
-type clientLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *clientLog) Printf(_ context.Context, format string, v ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, fmt.Sprintf(format, v...))
-}
-
-// about returns the lines that name addr.
-func (l *clientLog) about(addr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, s := range l.lines {
-		if strings.Contains(s, addr) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func recordClientLog(t *testing.T) *clientLog {
-	l := &clientLog{}
-	goredis.SetLogger(l)
-	t.Cleanup(logging.Enable)
-	return l
-}
-
 // TestLogsOnlyToTheLoggerGiven: what the Locker logs, from Open's
 // warnings to a node being skipped, goes to the logger given and nothing
 // to slog.Default(), however the Locker was made.
 func TestLogsOnlyToTheLoggerGiven(t *testing.T) {
 	def := recordDefaultLog(t)
 	srv, _ := nodes(t, 4)
-	dead := closedPorts(t, 1)[0]
+	dead := testenv.ClosedAddrs(t, 1)[0]
 	addrs := []string{srv[0].Addr(), srv[1].Addr(), dead, srv[2].Addr(), srv[3].Addr()}
 	for name := range openers(t, nil) {
 		t.Run(name, func(t *testing.T) {
@@ -260,7 +202,7 @@ func TestLogsOnlyToTheLoggerGiven(t *testing.T) {
 // go-redis's process-wide logger gets a line or two per node for the
 // outage, not one per request.
 func TestDownNodesLogRarely(t *testing.T) {
-	log := recordClientLog(t)
+	log := testenv.RecordRedisLog(t)
 	srv, url := nodes(t, 5)
 	l, err := locker.Open(context.Background(), url, locker.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -283,7 +225,7 @@ func TestDownNodesLogRarely(t *testing.T) {
 		}
 	}
 	for _, s := range srv[:3] {
-		if lines := log.about(s.Addr()); len(lines) > 2 {
+		if lines := log.About(s.Addr()); len(lines) > 2 {
 			t.Errorf("go-redis logged %d lines about %s for %d requests while it was down, want at most 2:\n%s",
 				len(lines), s.Addr(), requests, strings.Join(lines, "\n"))
 		}

@@ -1,11 +1,11 @@
 package zookeeper_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/zookeeper"
 )
 
@@ -20,23 +20,7 @@ func TestNewNil(t *testing.T) {
 		{"session timeout", &zookeeper.Options{SessionTimeout: 4 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var l locker.Locker
-			var err error
-			func() {
-				defer func() {
-					if p := recover(); p != nil {
-						t.Fatalf("New(nil) panicked: %v", p)
-					}
-				}()
-				l, err = zookeeper.New(nil, tc.opts)
-			}()
-			if want := "zookeeper: New: the connection is nil"; err == nil || !strings.Contains(err.Error(), want) {
-				t.Errorf("New(nil, %s) = %v, want an error containing %q", tc.name, err, want)
-			}
-			if l != nil {
-				t.Errorf("New(nil, %s) returned a Locker with its error", tc.name)
-				l.Close()
-			}
+			testenv.WantNewError(t, "New(nil, "+tc.name+")", func() (locker.Locker, error) { return zookeeper.New(nil, tc.opts) }, "zookeeper: New: the connection is nil")
 		})
 	}
 }

@@ -4,7 +4,6 @@ package doctortest
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -54,16 +53,4 @@ func WantStatus(t testing.TB, f locker.Finding, want locker.Status, detail strin
 	if f.Status != want || !strings.Contains(f.Detail, detail) || (f.Fix == "") != (want == locker.Pass) {
 		t.Errorf("%s %s = [%v] %q (fix %q); want [%v] with %q, and a fix unless it passes", f.Check, f.Target, f.Status, f.Detail, f.Fix, want, detail)
 	}
-}
-
-// ClosedAddr returns a loopback address nothing listens on.
-func ClosedAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }

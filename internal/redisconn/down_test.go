@@ -3,58 +3,17 @@ package redisconn
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/distlock/locker/internal/testenv"
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
 )
-
-// clientLog records go-redis's process-wide log, installed through
-// go-redis's own SetLogger for one test; the default is back after it.
-type clientLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *clientLog) Printf(_ context.Context, format string, v ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, fmt.Sprintf(format, v...))
-}
-
-func (l *clientLog) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.lines)
-}
-
-func recordClientLog(t *testing.T) *clientLog {
-	l := &clientLog{}
-	goredis.SetLogger(l)
-	t.Cleanup(logging.Enable)
-	return l
-}
-
-// closedPort returns a loopback address where nothing listens: a server
-// that is down.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // countingDialer dials addr's network for real and counts the attempts.
 type countingDialer struct{ n atomic.Int32 }
@@ -72,8 +31,8 @@ func (d *countingDialer) dial(ctx context.Context, network, addr string) (net.Co
 // something listens there again, requests reach it. The clock is the
 // test's, so nothing depends on how long anything takes.
 func TestDownServerIsNotDialledPerRequest(t *testing.T) {
-	log := recordClientLog(t)
-	addr := closedPort(t)
+	log := testenv.RecordRedisLog(t)
+	addr := testenv.ClosedAddr(t)
 	clients := map[string]func(d *countingDialer) Conn{
 		"goredis": func(d *countingDialer) Conn {
 			c := goredis.NewClient(&goredis.Options{Addr: addr, Dialer: d.dial,
@@ -100,7 +59,7 @@ func TestDownServerIsNotDialledPerRequest(t *testing.T) {
 				t.Errorf("the Conn is a %T, without the down state's clock", c)
 			}
 			ctx := context.Background()
-			logged := log.len()
+			logged := log.Len()
 
 			for i := range 50 {
 				_, err := c.Eval(ctx, NewScript("t", "return 1", 0), nil)
@@ -116,9 +75,9 @@ func TestDownServerIsNotDialledPerRequest(t *testing.T) {
 				t.Errorf("50 requests to a server that is down dialled it %d times, want once", n)
 			}
 			if name == "goredis" {
-				if n := log.len() - logged; n > 1 {
+				if n := log.Len() - logged; n > 1 {
 					t.Errorf("go-redis logged %d lines for 50 requests to a server that is down, want at most 1:\n%s",
-						n, strings.Join(log.lines[logged:], "\n"))
+						n, strings.Join(log.Since(logged), "\n"))
 				}
 			}
 			// Every operation is turned away, not only Eval.
@@ -146,7 +105,7 @@ func TestDownServerIsNotDialledPerRequest(t *testing.T) {
 				t.Errorf("within the doubled back-off the server was dialled %d times in all, want 2", n)
 			}
 			if name == "goredis" {
-				if n := log.len() - logged; n > 1 {
+				if n := log.Len() - logged; n > 1 {
 					t.Errorf("go-redis logged %d lines, want at most 1: the checks must be silent", n)
 				}
 			}

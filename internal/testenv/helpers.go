@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -75,4 +76,50 @@ func Proxy(t testing.TB, addr string) *conformance.Proxy {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// ClosedAddrs returns n distinct loopback addresses nothing listens on:
+// servers that are down.
+func ClosedAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		defer ln.Close() // all at once at the end, so that the ports differ
+	}
+	return addrs
+}
+
+// ClosedAddr returns a loopback address nothing listens on.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	return ClosedAddrs(t, 1)[0]
+}
+
+// WantNewError calls newLocker, a backend constructor given bad input,
+// and checks its outcome: an error containing want, no Locker beside it,
+// and no panic.
+func WantNewError(t testing.TB, what string, newLocker func() (locker.Locker, error), want string) {
+	t.Helper()
+	var l locker.Locker
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("%s panicked: %v", what, p)
+			}
+		}()
+		l, err = newLocker()
+	}()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s = %v, want an error containing %q", what, err, want)
+	}
+	if l != nil {
+		t.Errorf("%s returned a Locker with its error", what)
+		l.Close()
+	}
 }
