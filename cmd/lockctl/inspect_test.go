@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,10 +17,7 @@ import (
 func TestInspectAndForceRelease(t *testing.T) {
 	t.Parallel() // waits for servers and TTLs, as the others do
 	forEachServer(t, func(t *testing.T, s server, url string) {
-		dir := t.TempDir()
-		logPath, goPath := filepath.Join(dir, "log"), filepath.Join(dir, "go")
-		key := testKey(t)
-		env := testEnv(t, "LOCKER_URL="+url, "ID=a", "LOG="+logPath, "GO="+goPath)
+		logPath, goPath, key, env := holderEnv(t, url)
 
 		r := runLockctl(t, env, "inspect", "--json", key)
 		wantCode(t, r, exitOK)
@@ -87,10 +83,7 @@ func jsonNumber(n uint64) string {
 func TestInspectZooKeeperTTL(t *testing.T) {
 	t.Parallel() // waits for servers, as the others do
 	url := serverURL(t, "LOCKER_TEST_ZK_URL")
-	dir := t.TempDir()
-	logPath, goPath := filepath.Join(dir, "log"), filepath.Join(dir, "go")
-	key := testKey(t)
-	env := testEnv(t, "LOCKER_URL="+url, "ID=a", "LOG="+logPath, "GO="+goPath)
+	logPath, goPath, key, env := holderEnv(t, url)
 	a := start(t, env, "run", "--ttl", "3s", key, "--", "sh", "-c", holdScript)
 	defer func() {
 		os.WriteFile(goPath, nil, 0o600)

@@ -236,10 +236,7 @@ func TestRunExitStatus(t *testing.T) {
 func TestRunLossSaidOnce(t *testing.T) {
 	t.Parallel() // waits for servers and TTLs, as the others do
 	forEachServer(t, func(t *testing.T, s server, url string) {
-		dir := t.TempDir()
-		logPath, goPath := filepath.Join(dir, "log"), filepath.Join(dir, "go")
-		key := testKey(t)
-		env := testEnv(t, "LOCKER_URL="+url, "ID=a", "LOG="+logPath, "GO="+goPath)
+		logPath, goPath, key, env := holderEnv(t, url)
 		a := start(t, env, "run", "--verbose", "--ttl", "3s", "--grace", "1s", key, "--", "sh", "-c", holdScript)
 		waitFor(t, 30*time.Second, "a enters", func() bool { return len(readLines(t, logPath)) == 1 })
 		wantCode(t, runLockctl(t, env, "release", "--force", "--yes", key), exitOK)
@@ -261,4 +258,16 @@ func TestRunLossSaidOnce(t *testing.T) {
 		}
 		os.WriteFile(goPath, nil, 0o600)
 	})
+}
+
+// holderEnv sets up a holder for holdScript run by lockctl run on url as
+// client "a": the file it logs its entry to, the file whose creation
+// makes it leave, a fresh key, and its environment.
+func holderEnv(t *testing.T, url string) (logPath, goPath, key string, env []string) {
+	t.Helper()
+	dir := t.TempDir()
+	logPath, goPath = filepath.Join(dir, "log"), filepath.Join(dir, "go")
+	key = testKey(t)
+	env = testEnv(t, "LOCKER_URL="+url, "ID=a", "LOG="+logPath, "GO="+goPath)
+	return logPath, goPath, key, env
 }
