@@ -33,13 +33,18 @@ import (
 // Crash crashes the client as memory.Client.Crash does. Another module's
 // backend whose hosts are not addresses (no port, and no usual port known
 // for its scheme) is opened as its URL says, and its clients cannot crash.
-func URLHarness(rawURL string) Harness {
-	u := &urlHarness{raw: rawURL}
+//
+// opts go to every Open, e.g. locker.WithLogger: the suite cuts clients
+// off on purpose, and a caller that does not want their warnings gives a
+// logger of its own rather than changing slog.Default.
+func URLHarness(rawURL string, opts ...locker.OpenOption) Harness {
+	u := &urlHarness{raw: rawURL, opts: opts}
 	return Harness{NewClient: u.newClient}
 }
 
 type urlHarness struct {
-	raw string
+	raw  string
+	opts []locker.OpenOption
 
 	mu    sync.Mutex
 	byURL bool // the backend's opener ignores the hook: proxies go in the URL
@@ -67,7 +72,7 @@ func (u *urlHarness) newClient(ctx context.Context) (Client, error) {
 func (u *urlHarness) openHooked(ctx context.Context) (Client, bool, error) {
 	ps := &proxySet{byTarget: map[string]*Proxy{}}
 	hook := openhook.New(ps.dial)
-	l, err := locker.Open(openhook.NewContext(ctx, hook), u.raw)
+	l, err := locker.Open(openhook.NewContext(ctx, hook), u.raw, u.opts...)
 	if err != nil {
 		ps.close()
 		return Client{}, false, err
@@ -91,7 +96,7 @@ func (u *urlHarness) openHooked(ctx context.Context) (Client, bool, error) {
 func (u *urlHarness) openProxied(ctx context.Context) (Client, error) {
 	pu, proxies, err := ProxyURL(u.raw)
 	if err != nil {
-		l, oerr := locker.Open(ctx, u.raw)
+		l, oerr := locker.Open(ctx, u.raw, u.opts...)
 		if oerr != nil {
 			return Client{}, errors.Join(err, oerr)
 		}
@@ -102,7 +107,7 @@ func (u *urlHarness) openProxied(ctx context.Context) (Client, error) {
 			p.Close()
 		}
 	}
-	l, err := locker.Open(ctx, pu)
+	l, err := locker.Open(ctx, pu, u.opts...)
 	if err != nil {
 		closeAll()
 		return Client{}, err

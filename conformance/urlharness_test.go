@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/conformance"
+	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/memory"
+	_ "github.com/distlock/locker/redlock" // redlock://, for TestURLHarnessOptions
 )
 
 // TestURLHarnessMemory checks that the clients of a memory:// harness
@@ -172,4 +175,44 @@ func TestURLHarnessInProcess(t *testing.T) {
 	if len(hosts) == 0 || hosts[len(hosts)-1] != "store" {
 		t.Errorf("opened with hosts %v, want the URL's own, store", hosts)
 	}
+}
+
+// TestURLHarnessOptions: the options given to URLHarness reach every Open,
+// so that a caller routes the clients' warnings (a Redlock node down at
+// Open, here) to a logger of its own, not to slog.Default.
+func TestURLHarnessOptions(t *testing.T) {
+	raw := testenv.Get(t, testenv.RedlockURL)
+	dead := testenv.ClosedAddr(t)
+	u := strings.Replace(raw, "redlock://", "redlock://"+dead+",", 1) // one of six down: a warning
+	var def, given strings.Builder
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&syncWriter{w: &def}, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	h := conformance.URLHarness(u, locker.WithLogger(slog.New(slog.NewTextHandler(&syncWriter{w: &given}, nil))))
+	c, err := h.NewClient(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Locker.Close()
+	if c.Cleanup != nil {
+		c.Cleanup()
+	}
+	if !strings.Contains(given.String(), dead) {
+		t.Errorf("the logger given to URLHarness got %q, want the warning naming %s", given.String(), dead)
+	}
+	if def.Len() > 0 {
+		t.Errorf("slog.Default got %q, want nothing", def.String())
+	}
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -132,14 +132,13 @@ func (k *checkCmd) run(ctx context.Context) error {
 		return err
 	}
 	progress := k.progressWriter()
-	h := conformance.URLHarness(t.url)
+	h := conformance.URLHarness(t.url, locker.WithLogger(quiet))
 	if sel != nil {
 		h.Select = sel.MatchString
 	}
 	start := time.Now()
 	fmt.Fprintf(progress, "checking %s (URL from %s)\n", locker.Redact(t.url), t.source)
 	h.Observe = (&checkProgress{w: progress, start: start}).observe
-	slog.SetDefault(quiet)
 	rep, err := conformance.Check(ctx, h)
 	if err != nil && len(rep.Results) == 0 {
 		return exitf(exitError, "%w (URL from %s)", err, t.source)
