@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/redislog"
 	"github.com/distlock/locker/internal/testenv"
 )
 
@@ -106,7 +107,7 @@ func (g *gate) close() {
 // no more dial failures of its own. The gate counts connections after Close on the server's
 // port; for Sentinel the gates stand in front of the Sentinels.
 func TestNoDialAfterClose(t *testing.T) {
-	log := testenv.RecordRedisLog(t)
+	log := redislog.Record(t)
 	single := testenv.Get(t, testenv.RedisURL)
 	sentinel := testenv.Get(t, testenv.RedisSentinelURL)
 	cases := map[string]struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/redislog"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/redis"
 )
@@ -51,7 +52,7 @@ func TestNewNil(t *testing.T) {
 // back, the Locker uses it again.
 func TestServerDownLogsRarely(t *testing.T) {
 	single := hostOf(t, testenv.Get(t, testenv.RedisURL))
-	log := testenv.RecordRedisLog(t)
+	log := redislog.Record(t)
 	cases := map[string]func(t *testing.T, addr string) locker.Locker{
 		"url": func(t *testing.T, addr string) locker.Locker {
 			l, err := locker.Open(context.Background(), "redis://"+addr, locker.WithLogger(slog.New(slog.DiscardHandler)))

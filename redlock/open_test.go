@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/redislog"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/redlock"
 )
@@ -57,7 +58,7 @@ func openers(t *testing.T, log *slog.Logger) map[string]func(addrs []string) (lo
 // a majority answering, Open succeeds and warns, through the logger
 // given, naming each node down.
 func TestOpenWithoutMajority(t *testing.T) {
-	testenv.RecordRedisLog(t) // the failed dials at Open, off the test's output
+	redislog.Record(t) // the failed dials at Open, off the test's output
 	down := testenv.ClosedAddrs(t, 3)
 	quiet := slog.New(slog.DiscardHandler)
 	for name, open := range openers(t, quiet) {
@@ -202,7 +203,7 @@ func TestLogsOnlyToTheLoggerGiven(t *testing.T) {
 // go-redis's process-wide logger gets a line or two per node for the
 // outage, not one per request.
 func TestDownNodesLogRarely(t *testing.T) {
-	log := testenv.RecordRedisLog(t)
+	log := redislog.Record(t)
 	srv, url := nodes(t, 5)
 	l, err := locker.Open(context.Background(), url, locker.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {

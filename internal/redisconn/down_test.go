@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distlock/locker/internal/redislog"
 	"github.com/distlock/locker/internal/testenv"
 	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
@@ -31,7 +32,7 @@ func (d *countingDialer) dial(ctx context.Context, network, addr string) (net.Co
 // something listens there again, requests reach it. The clock is the
 // test's, so nothing depends on how long anything takes.
 func TestDownServerIsNotDialledPerRequest(t *testing.T) {
-	log := testenv.RecordRedisLog(t)
+	log := redislog.Record(t)
 	addr := testenv.ClosedAddr(t)
 	clients := map[string]func(d *countingDialer) Conn{
 		"goredis": func(d *countingDialer) Conn {

@@ -1,4 +1,7 @@
-package testenv
+// Package redislog records, in tests, what go-redis logs through its
+// process-wide logger. It is a package of its own so that internal/testenv,
+// which every test module imports, does not bring go-redis with it.
+package redislog
 
 import (
 	"context"
@@ -11,47 +14,47 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 )
 
-// RedisLog records what go-redis logs through its process-wide logger, as
+// Log records what go-redis logs through its process-wide logger, as
 // an application that routes it with go-redis's SetLogger does.
-type RedisLog struct {
+type Log struct {
 	mu    sync.Mutex
 	lines []string
 }
 
-// RecordRedisLog makes go-redis log to a new RedisLog for the rest of the
+// Record makes go-redis log to a new Log for the rest of the
 // test; go-redis's default logger is back once the test ends. go-redis's
 // logger is the process's: tests that record it must not run in parallel
 // with each other.
-func RecordRedisLog(t testing.TB) *RedisLog {
-	l := &RedisLog{}
+func Record(t testing.TB) *Log {
+	l := &Log{}
 	goredis.SetLogger(l)
 	t.Cleanup(logging.Enable)
 	return l
 }
 
 // Printf is go-redis's logging interface.
-func (l *RedisLog) Printf(_ context.Context, format string, v ...any) {
+func (l *Log) Printf(_ context.Context, format string, v ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lines = append(l.lines, fmt.Sprintf(format, v...))
 }
 
 // Len returns how many lines go-redis logged.
-func (l *RedisLog) Len() int {
+func (l *Log) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.lines)
 }
 
 // Since returns the lines logged after the first n.
-func (l *RedisLog) Since(n int) []string {
+func (l *Log) Since(n int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.lines[min(n, len(l.lines)):]...)
 }
 
 // About returns the lines that name addr.
-func (l *RedisLog) About(addr string) []string {
+func (l *Log) About(addr string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
