@@ -313,8 +313,12 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 		woken   time.Time // when a release notice woke us, if measured
 	)
 	backoff := minPoll
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	var timer *time.Timer // made when first needed: most acquisitions find the key free
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		start := time.Now()
 		acq, err := c.d.TryAcquire(ctx, req)
@@ -343,7 +347,11 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 			}
 			c.log.Warn("locker: release notices unavailable, polling instead", "key", req.Key, "err", werr)
 		}
-		timer.Reset(nextPoll(err, events != nil, &backoff))
+		if d := nextPoll(err, events != nil, &backoff); timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
 		select {
 		case <-ctx.Done():
 			return acq, start, ctx.Err()

@@ -36,6 +36,13 @@ type lock struct {
 	fence  uint64
 	fenced bool
 
+	// A fence minted on demand (backend.FenceMinter), the first time it
+	// is asked for: minted says it was, under mintMu, which also keeps two
+	// callers from minting twice.
+	mintMu sync.Mutex
+	minted bool
+	mint   uint64
+
 	mu       sync.Mutex
 	state    lockState
 	cause    error
@@ -235,10 +242,37 @@ func (lk *lock) Until() time.Time {
 }
 
 func (lk *lock) Fence() (uint64, bool) {
-	if !lk.fenced {
+	if lk.fenced {
+		return lk.fence, true
+	}
+	m, ok := lk.held.(backend.FenceMinter)
+	if !ok {
 		return 0, false
 	}
-	return lk.fence, true
+	lk.mintMu.Lock()
+	defer lk.mintMu.Unlock()
+	if lk.minted {
+		return lk.mint, true
+	}
+	// Minted while the lock is held, within its validity: a fence for a
+	// lock that is lost, or may be, would protect nothing.
+	lk.mu.Lock()
+	held, until := lk.state == stateHeld, lk.deadline
+	lk.mu.Unlock()
+	if !held {
+		return 0, false
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	defer cancel()
+	f, err := m.MintFence(ctx)
+	if errors.Is(err, ErrNotHeld) {
+		lk.markGone(endTakenOver, fmt.Errorf("minting its fence found it gone: %w", err))
+	}
+	if err != nil {
+		return 0, false
+	}
+	lk.minted, lk.mint = true, f
+	return f, true
 }
 
 func (lk *lock) Refresh(ctx context.Context, ttl time.Duration) error {
@@ -530,6 +564,11 @@ func (lk *lock) release(ctx context.Context) error {
 // past its deadline) bounds nothing: the caller has ended, the lock has
 // not.
 func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		// Never cancelled, no deadline (context.Background and the like):
+		// nothing to detach from.
+		return context.WithTimeout(ctx, releaseTimeout)
+	}
 	d := releaseTimeout
 	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil {
 		d = min(d, time.Until(dl))

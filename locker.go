@@ -132,6 +132,14 @@ type Lock interface {
 	// Fence returns the fencing token: strictly increasing per key across
 	// successive holders. ok is false where the backend cannot mint a safe
 	// one (see Capabilities.Fencing).
+	//
+	// A backend may mint the fence on demand (Redis does): the first call
+	// then makes one round trip, bounded by the lock's validity, and mints
+	// a fence only while the lock is still held; later calls return the
+	// same fence at once. If that first call finds the lock lost or cannot
+	// reach the server, ok is false: do not write to a fenced resource
+	// without a fence. Ask for the fence right after acquiring, before the
+	// work, as a resource checked by fences needs it anyway.
 	Fence() (fence uint64, ok bool)
 	// Refresh resets the lock's TTL to ttl (and uses ttl for later
 	// automatic refreshes). It returns ErrNotHeld once the lock is lost.

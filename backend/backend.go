@@ -36,7 +36,9 @@
 //     for release notices, [BatchRefresher] when many locks can be
 //     refreshed in one round trip, [Expirer] when the server would keep a
 //     lock past its TTL (a shared lease or session), [Bounded] when a
-//     lease or session bounds the lock, [Drifter] for another clock-drift
+//     lease or session bounds the lock, [FenceMinter] when a fence costs
+//     enough that it is better minted only for the locks asked for one,
+//     [Drifter] for another clock-drift
 //     allowance than [DefaultDrift], [Inspector] so that operators can see
 //     and break a key's lock (internal/inspecttest has its shared tests),
 //     locker.RegisterDiagnoser for lockctl doctor's checks of a
@@ -243,6 +245,20 @@ type BatchRefresher interface {
 // package locker reports the smaller of that and the lock's validity.
 type Expirer interface {
 	Expire()
+}
+
+// FenceMinter is implemented by a Held whose driver mints fencing tokens
+// on demand rather than with every acquisition (an Acquisition with Fenced
+// false, on a driver whose Capabilities say Fencing): package locker calls
+// MintFence once, when the lock's Fence is first asked for. It mints a
+// fence only while the lock is still ours, atomically with checking that
+// it is, and returns ErrNotHeld otherwise: a holder whose lock expired
+// before it asked must not get a fence above its successor's. A fence
+// minted while the lock is held is larger than every fence of an earlier
+// holder and smaller than every fence of a later one, as one minted with
+// the acquisition is.
+type FenceMinter interface {
+	MintFence(ctx context.Context) (uint64, error)
 }
 
 // Bounded is implemented by a Held whose lock lives exactly as long as

@@ -89,13 +89,18 @@
 //
 // # How a lock works
 //
-// Each operation is one Lua script, one round trip, run atomically by the
-// server (EVALSHA, falling back to EVAL when the server has not seen the
-// script):
+// Each operation is one round trip: a command, or a Lua script run
+// atomically by the server (EVALSHA, falling back to EVAL when the server
+// has not seen the script):
 //
-//   - Acquire: SET key token NX PX ttl and, only if that succeeded, mint the
-//     fencing token (below). A busy key answers with the holder's remaining
-//     PTTL instead.
+//   - Acquire: SET key token NX PX ttl. A busy key costs a waiter one more
+//     round trip, GET and PTTL pipelined: the holder's remaining TTL for
+//     the wait's timer, and whether the holder is this very request (a
+//     client library that sent the SET again after a connection broke
+//     finds its own token, and holds the lock). Once a lock of the Locker
+//     has been asked for its fence, Acquire is the acquire script instead:
+//     the same SET NX PX and, only if that succeeded, the fence's mint
+//     (below), the holder's PTTL when the key is busy.
 //   - Release: delete the key only if it still holds our token, and PUBLISH
 //     a release notice.
 //   - Refresh: PEXPIRE only if the key holds our token. TTL: PTTL likewise.
@@ -113,16 +118,35 @@
 // # Fencing tokens
 //
 // The fence is max(counter+1, server clock in microseconds), stored back
-// in the per-key counter. The counter makes it strictly increasing across
-// holders; the clock floor keeps it increasing when the counter is lost,
-// as it is when a server without persistence restarts, when a replica
-// without the latest writes is promoted, or when an idle key's counter
-// expires (it lives 24 hours after the last acquire). The floor holds as
-// long as the server's clock does not step back by more than the time
-// between two acquisitions of the key. Pass the fence to the resource you
-// protect and have it reject a smaller one than it has seen: that, not the
-// lock alone, is what keeps a paused or partitioned former holder from
-// doing damage.
+// in the per-key counter with the token of the lock it was minted for. The
+// counter makes it strictly increasing across holders; the clock floor
+// keeps it increasing when the counter is lost, as it is when a server
+// without persistence restarts, when a replica without the latest writes
+// is promoted, or when an idle key's counter expires (it lives 24 hours
+// after the last mint). The floor holds as long as the server's clock does
+// not step back by more than the time between two mints on the key. Pass
+// the fence to the resource you protect and have it reject a smaller one
+// than it has seen: that, not the lock alone, is what keeps a paused or
+// partitioned former holder from doing damage.
+//
+// Fences are minted on demand. A Locker takes its locks with a plain SET
+// NX PX until one of them is asked for its fence (Lock.Fence); that first
+// Fence call runs the acquire script in its mint-only form, one round trip
+// bounded by the lock's validity, which mints a fence only if the key
+// still holds the lock's token, in the same atomic step. From then on the
+// Locker mints every lock's fence as it takes the lock, in the acquire
+// script, and Fence costs nothing: an application that fences pays for it
+// once per Locker in a round trip and then with every acquisition, on the
+// server, and one that never fences does not pay at all (Performance
+// gives the figures). Minting later than the acquisition keeps fences
+// safe: only the holder of the key can mint while it holds it, so a fence
+// minted during a hold is above every fence of earlier holders and below
+// every fence of later ones; and a holder whose lock expired, or was taken
+// over, before it asked, gets no fence (Fence returns ok false, and the
+// lock reports itself lost) rather than one above its successor's. Ask for
+// the fence right after Acquire, before the work it protects: a Fence that
+// finds the server unreachable returns ok false, and a holder without a
+// fence must not write to a fenced resource.
 //
 // # Guarantees and their limits
 //

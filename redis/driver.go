@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/locker/backend"
@@ -26,6 +27,10 @@ func channelOf(k string) string { return lockKey(k) + ":released" }
 // microseconds) alone keeps fences increasing.
 const fenceLifetime = 24 * time.Hour
 
+// fenceLifetimeArg is fenceLifetime as the acquire script takes it, boxed
+// once rather than on every call.
+var fenceLifetimeArg any = redisconn.Millis(fenceLifetime)
+
 // cleanupTimeout bounds the compare-and-delete sent after an acquire whose
 // reply was lost.
 const cleanupTimeout = 2 * time.Second
@@ -36,6 +41,12 @@ type driver struct {
 	// notify is the Locker's one subscriber connection, shared by all its
 	// waiters: Release publishes on the key's channel.
 	notify *redisconn.Notifier
+
+	// wantFence says that a lock of this Locker was asked for its fence:
+	// from then on every acquisition mints one (the acquire script), in
+	// the acquisition's round trip, rather than in a round trip of its own
+	// when asked (see Performance in the package doc).
+	wantFence atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -70,10 +81,47 @@ func (d *driver) Close() error {
 	return d.c.Close()
 }
 
+// TryAcquire takes the key with SET NX PX, minting no fence (it is minted
+// when asked for, MintFence), or, once a lock of this Locker was asked for
+// its fence, with the acquire script, which mints it.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	if d.wantFence.Load() {
+		return d.acquireFenced(ctx, req)
+	}
 	start := time.Now()
-	v, err := d.c.Eval(ctx, acquireScript, []string{lockKey(req.Key), fenceKey(req.Key)},
-		req.Token, redisconn.Millis(req.TTL), redisconn.Millis(fenceLifetime))
+	key := lockKey(req.Key)
+	set, err := d.c.SetNX(ctx, key, req.Token, req.TTL)
+	if err != nil {
+		return backend.Acquisition{}, d.abandon(req, err)
+	}
+	if !set {
+		// Taken: by another, or by this very request, whose first try's
+		// reply was lost and which the client library sent again. One
+		// more round trip, for waiters only, tells the two apart and
+		// gives the holder's remaining TTL for the wait's timer.
+		v, n, err := d.c.Peek(ctx, key)
+		if err != nil {
+			return backend.Acquisition{}, d.abandon(req, err) // it may be ours
+		}
+		if v != req.Token {
+			// A key gone meanwhile (-2) is worth another try at once; one
+			// without a TTL (-1, no lock of ours) leaves the end unknown.
+			busy := &backend.Busy{}
+			if n != -1 {
+				busy.Remaining = time.Duration(max(n, 1)) * time.Millisecond
+			}
+			return backend.Acquisition{}, busy
+		}
+	}
+	return backend.Acquisition{Held: &held{d: d, key: req.Key, lkey: key, token: req.Token}, Start: start}, nil
+}
+
+// acquireFenced takes the key and mints its fence in one script call.
+func (d *driver) acquireFenced(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	start := time.Now()
+	key := lockKey(req.Key)
+	v, err := d.c.Eval(ctx, acquireScript, []string{key, fenceKey(req.Key)},
+		req.Token, redisconn.Millis(req.TTL), fenceLifetimeArg)
 	if err != nil {
 		return backend.Acquisition{}, d.abandon(req, err)
 	}
@@ -91,7 +139,7 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 		}
 		return backend.Acquisition{}, busy
 	}
-	h := &held{d: d, key: req.Key, token: req.Token}
+	h := &held{d: d, key: req.Key, lkey: key, token: req.Token}
 	return backend.Acquisition{Held: h, Fence: uint64(n), Fenced: true, Start: start}, nil
 }
 
@@ -117,12 +165,33 @@ func (d *driver) abandon(req backend.Request, err error) error {
 
 type held struct {
 	d     *driver
-	key   string
+	key   string // the lock's name
+	lkey  string // its key on the server, lockKey(key)
 	token string
 }
 
+// MintFence implements backend.FenceMinter: the fence of a lock taken
+// without one, minted by the acquire script while the lock is ours. From
+// now on this Locker's acquisitions mint their fence as they take the
+// lock: a program that asks for one fence asks for them all.
+func (h *held) MintFence(ctx context.Context) (uint64, error) {
+	h.d.wantFence.Store(true)
+	v, err := h.d.c.Eval(ctx, acquireScript, []string{h.lkey, fenceKey(h.key)}, h.token, "", fenceLifetimeArg)
+	if err != nil {
+		return 0, err
+	}
+	ok, n, err := redisconn.AsPair(v)
+	switch {
+	case err != nil:
+		return 0, err
+	case ok == 0:
+		return 0, backend.ErrNotHeld
+	}
+	return uint64(n), nil
+}
+
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
-	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.RefreshScript, []string{lockKey(h.key)}, h.token, redisconn.Millis(ttl))
+	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.RefreshScript, []string{h.lkey}, h.token, redisconn.Millis(ttl))
 	if err == nil && n != 1 {
 		err = backend.ErrNotHeld
 	}
@@ -130,7 +199,7 @@ func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (h *held) TTL(ctx context.Context) (time.Duration, error) {
-	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.PTTLScript, []string{lockKey(h.key)}, h.token)
+	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.PTTLScript, []string{h.lkey}, h.token)
 	if err != nil {
 		return 0, err
 	}
@@ -141,7 +210,7 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (h *held) Release(ctx context.Context) error {
-	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.ReleaseScript, []string{lockKey(h.key)}, h.token, channelOf(h.key))
+	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.ReleaseScript, []string{h.lkey}, h.token, channelOf(h.key))
 	if err == nil && n != 1 {
 		err = backend.ErrNotHeld
 	}
@@ -156,7 +225,7 @@ func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []
 	rs := make([]redisconn.Refresh, len(locks))
 	for i, l := range locks {
 		h := l.(*held)
-		rs[i] = redisconn.Refresh{Key: lockKey(h.key), Token: h.token, TTL: ttls[i]}
+		rs[i] = redisconn.Refresh{Key: h.lkey, Token: h.token, TTL: ttls[i]}
 	}
 	errs := make([]error, len(locks))
 	for i, r := range redisconn.RefreshMany(ctx, d.c, rs) {

@@ -3,9 +3,12 @@ package redis
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/distlock/locker/backend"
 	"github.com/distlock/locker/internal/redisconn"
 )
 
@@ -15,8 +18,26 @@ func LockKey(k string) string { return lockKey(k) }
 // AcquireScript is the Lua source of the acquire script.
 func AcquireScript() string { return acquireLua }
 
-// ScriptsOp is the Locker's protocol without the Locker: acquire.lua,
-// then release.lua, on key through c, for BenchmarkTurns.
+// SetNXOp is the Locker's protocol for locks whose fence is not asked
+// for, without the Locker: SET NX PX, then release.lua, on key through c,
+// for BenchmarkTurns.
+func SetNXOp(c *goredis.Client, key string) func(context.Context) error {
+	conn := redisconn.NewGoRedis(c, false)
+	var n int
+	return func(ctx context.Context) error {
+		n++
+		token := fmt.Sprint("setnx-", n)
+		if _, err := conn.SetNX(ctx, lockKey(key), token, 30*time.Second); err != nil {
+			return err
+		}
+		_, err := conn.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(key)}, token, channelOf(key))
+		return err
+	}
+}
+
+// ScriptsOp is the Locker's protocol for locks whose fence is asked for,
+// without the Locker: acquire.lua, minting the fence, then release.lua,
+// on key through c, for BenchmarkTurns.
 func ScriptsOp(c *goredis.Client, key string) func(context.Context) error {
 	conn := redisconn.NewGoRedis(c, false)
 	var n int
@@ -29,4 +50,13 @@ func ScriptsOp(c *goredis.Client, key string) func(context.Context) error {
 		_, err := conn.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(key)}, token, channelOf(key))
 		return err
 	}
+}
+
+// TryAcquireToken makes one attempt at k through a driver on c with the
+// given token, as a retry of an acquisition with that token would.
+func TryAcquireToken(c *goredis.Client, k, token string, ttl time.Duration) (backend.Held, error) {
+	d := newDriver(redisconn.NewGoRedis(c, false), slog.New(slog.DiscardHandler))
+	defer d.notify.Close()
+	acq, err := d.TryAcquire(context.Background(), backend.Request{Key: k, Token: token, TTL: ttl})
+	return acq.Held, err
 }

@@ -12,27 +12,36 @@ var _ backend.Inspector = (*driver)(nil)
 
 // Inspect implements backend.Inspector with one script call that reads the
 // lock key (its token and PTTL) and the fence counter together. The
-// counter holds the fence minted by the last acquisition, so while the key
-// is held it is the holder's fence; it expires 24 hours after that
-// acquisition, and then the fence is unknown. Waiters are not counted:
-// they wait for release notices, and nothing on the server lists them.
+// counter holds the last fence minted and the token of the lock it was
+// minted for: the holder's fence when that token is the holder's. A holder
+// that has not asked for its fence yet has none (see Performance in the
+// package doc); the counter then holds a predecessor's. It expires 24
+// hours after the last mint, and then the last fence is unknown. Waiters
+// are not counted: they wait for release notices, and nothing on the
+// server lists them.
 //
-// Detail: "key" and "fence key", the server keys; for a free key whose
-// counter is still there, "last fence", the last holder's.
+// Detail: "key" and "fence key", the server keys; "last fence", the
+// counter's, when it is not the holder's (a free key, or a holder that has
+// not minted one).
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
 	st, err := redisconn.InspectKey(ctx, d.c, lockKey(key), fenceKey(key))
 	if err != nil {
 		return backend.Holder{}, err
 	}
 	h := backend.Holder{Detail: map[string]string{"key": lockKey(key), "fence key": fenceKey(key)}}
+	// A counter that names no token predates minting on demand: it was
+	// minted with the acquisition, the holder's.
+	holders := st.Token != "" && st.Fenced && (st.Minter == st.Token || st.Minter == "")
+	if st.Fenced && !holders {
+		h.Detail["last fence"] = strconv.FormatUint(st.Fence, 10)
+	}
 	if st.Token == "" {
-		if st.Fenced {
-			h.Detail["last fence"] = strconv.FormatUint(st.Fence, 10)
-		}
 		return h, nil
 	}
 	h.Held, h.Token = true, st.Token
-	h.Fence, h.Fenced = st.Fence, st.Fenced
+	if holders {
+		h.Fence, h.Fenced = st.Fence, true
+	}
 	h.TTL, h.TTLKnown = st.TTL, st.TTLKnown
 	return h, nil
 }

@@ -89,10 +89,10 @@ func TestInspectDetail(t *testing.T) {
 	if h.TTL <= 50*time.Second {
 		t.Errorf("Holder.TTL = %v just after acquiring for a minute", h.TTL)
 	}
+	fence, _ := lk.Fence()
 	if err := lk.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	fence, _ := lk.Fence()
 	h = inspecttest.Inspect(t, l, key)
 	if h.Held || h.Fenced || h.Detail["last fence"] != strconv.FormatUint(fence, 10) {
 		t.Errorf("Inspect after Release = %+v, want free, last fence %d", h, fence)

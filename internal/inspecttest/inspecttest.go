@@ -101,6 +101,7 @@ func Acquire(t testing.TB, l locker.Locker, key string, ttl time.Duration) locke
 		t.Fatalf("Acquire(%q): %v", key, err)
 	}
 	t.Cleanup(func() { lk.Release(context.Background()) })
+	lk.Fence() // minted now, where a backend mints on demand, as a fenced writer's would be
 	return lk
 }
 
@@ -183,6 +184,9 @@ func StartWaiter(t testing.TB, l locker.Locker, key string, ttl time.Duration) *
 	go func() {
 		defer close(w.done)
 		w.lk, w.err = l.Acquire(ctx, key, locker.WithTTL(ttl))
+		if w.err == nil {
+			w.lk.Fence() // minted now, where a backend mints on demand, as a fenced writer's would be
+		}
 	}()
 	t.Cleanup(func() {
 		w.cancel()

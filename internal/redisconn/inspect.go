@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -33,6 +34,10 @@ type KeyState struct {
 	// (false when no counter was asked for, or it does not exist).
 	Fence  uint64
 	Fenced bool
+	// Minter is the token of the lock the counter's fence was minted for;
+	// "" for a counter that does not say (written by an older version,
+	// which minted with every acquisition).
+	Minter string
 }
 
 // InspectKey reads lockKey's token and remaining TTL and, unless fenceKey
@@ -66,10 +71,12 @@ func InspectKey(ctx context.Context, c Conn, lockKey, fenceKey string) (KeyState
 		return KeyState{}, err
 	}
 	if fence != "" {
-		if st.Fence, err = strconv.ParseUint(fence, 10, 64); err != nil {
+		// "<fence> <token>", or the fence alone.
+		n, minter, _ := strings.Cut(fence, " ")
+		if st.Fence, err = strconv.ParseUint(n, 10, 64); err != nil {
 			return KeyState{}, fmt.Errorf("redis: fence counter %s holds %q, not a number", fenceKey, fence)
 		}
-		st.Fenced = true
+		st.Fenced, st.Minter = true, minter
 	}
 	return st, nil
 }
