@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -135,14 +136,24 @@ func BenchmarkHandoff(b *testing.B) {
 }
 
 // BenchmarkTurns compares, taking turns one operation at a time
-// (benchkit.Interleave) so that the machine's noise hits all alike: the
-// raw pair (SET NX PX, then EVALSHA of compare-and-delete), the Locker's
-// own two scripts sent directly ("scripts": acquire.lua minting the
-// fence, release.lua publishing the notice), a Locker opened from a URL
-// as an application opens it ("open"), and one built on the same client
-// as the raw pair ("new"). Read "open/raw" and "new/raw": the Locker's
-// throughput relative to the raw pair; "scripts/raw" is what the
-// protocol itself costs, "new/scripts" what the Locker's code adds.
+// (benchkit.Interleave) so that the machine's noise hits all alike:
+//
+//   - "raw": the raw pair, SET NX PX, then EVALSHA of compare-and-delete;
+//   - "setnx": the Locker's commands for a lock whose fence is not asked
+//     for, sent directly: SET NX PX, then release.lua (which also
+//     publishes the release notice);
+//   - "scripts": its commands once fences are asked for: acquire.lua
+//     (SET NX PX and the fence's mint), then release.lua;
+//   - "new": a Locker built on the same client as the raw pair, whose
+//     holders never ask for the fence;
+//   - "fenced": another, whose holders ask for it every time (the first
+//     Fence mints in a round trip of its own; from then on the Locker
+//     mints with each acquisition: see Performance in the package doc);
+//   - "open": a Locker opened from a URL as an application opens it.
+//
+// Read "new/raw" and "open/raw": the Locker's throughput relative to the
+// raw pair; "setnx/raw" and "scripts/raw" what the protocol itself costs,
+// "new/setnx" and "fenced/scripts" what the Locker's code adds.
 func BenchmarkTurns(b *testing.B) {
 	url := testenv.Get(b, testenv.RedisURL)
 	c := goredis.NewClient(&goredis.Options{Addr: hostOf(b, url)})
@@ -166,6 +177,11 @@ func BenchmarkTurns(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.Close()
+	f, err := redis.New(c, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
 	o, err := locker.Open(ctx, url)
 	if err != nil {
 		b.Fatal(err)
@@ -174,8 +190,71 @@ func BenchmarkTurns(b *testing.B) {
 	noRefresh := locker.WithAutoRefresh(false)
 	benchkit.Interleave(b,
 		benchkit.Design{Name: "raw", Op: raw},
+		benchkit.Design{Name: "setnx", Op: redis.SetNXOp(c, "bench-turns-setnx")},
 		benchkit.Design{Name: "scripts", Op: redis.ScriptsOp(c, "bench-turns-scripts")},
 		benchkit.Design{Name: "new", Op: benchkit.AcquireReleaseOp(d, "bench-turns-new", noRefresh)},
+		benchkit.Design{Name: "fenced", Op: benchkit.AcquireFenceReleaseOp(f, "bench-turns-fenced", noRefresh)},
 		benchkit.Design{Name: "open", Op: benchkit.AcquireReleaseOp(o, "bench-turns-open", noRefresh)},
 	)
+}
+
+// BenchmarkClients compares many clients at once, each with a connection
+// pool (and a Locker) of its own and a key of its own, taking turns by
+// rounds (benchkit.InterleaveClients): the raw pair; the Locker's
+// commands sent directly ("setnx": SET NX PX, then release.lua, as in
+// BenchmarkTurns); and Lockers with default options (the watchdog on),
+// whose holders never ask for the fence ("locker") or ask for it every
+// time ("fenced"). Read "locker/raw" and "fenced/raw"; "setnx/raw" is
+// what the protocol costs, "locker/setnx" what the Locker's code adds. On two cores the clients' CPU competes
+// with the server's, so what a Locker allocates and schedules per
+// operation shows here more than with one client.
+func BenchmarkClients(b *testing.B) {
+	url := testenv.Get(b, testenv.RedisURL)
+	addr := hostOf(b, url)
+	for _, n := range []int{16, 64} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+			var closers []func() error
+			defer func() {
+				for _, c := range closers {
+					c()
+				}
+			}()
+			client := func() *goredis.Client {
+				c := goredis.NewClient(&goredis.Options{Addr: addr})
+				closers = append(closers, c.Close)
+				return c
+			}
+			raw := benchkit.ClientsDesign{Name: "raw"}
+			setnx := benchkit.ClientsDesign{Name: "setnx"}
+			plain := benchkit.ClientsDesign{Name: "locker"}
+			fenced := benchkit.ClientsDesign{Name: "fenced"}
+			for i := range n {
+				c := client()
+				key, token := fmt.Sprintf("bench-clients-raw/%d", i), 0
+				raw.Ops = append(raw.Ops, func(ctx context.Context) error {
+					token++
+					t := strconv.Itoa(token)
+					if err := c.SetNX(ctx, key, t, 30*time.Second).Err(); err != nil {
+						return err
+					}
+					return c.Eval(ctx, rawRelease, []string{key}, t).Err()
+				})
+				setnx.Ops = append(setnx.Ops, redis.SetNXOp(client(), fmt.Sprintf("bench-clients-setnx/%d", i)))
+				for _, d := range []*benchkit.ClientsDesign{&plain, &fenced} {
+					l, err := redis.New(client(), nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					closers = append(closers, l.Close)
+					key := fmt.Sprintf("bench-clients-%s/%d", d.Name, i)
+					op := benchkit.AcquireReleaseOp(l, key)
+					if d == &fenced {
+						op = benchkit.AcquireFenceReleaseOp(l, key)
+					}
+					d.Ops = append(d.Ops, op)
+				}
+			}
+			benchkit.InterleaveClients(b, 20, raw, setnx, plain, fenced)
+		})
+	}
 }

@@ -8,6 +8,7 @@ package benchkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -140,6 +141,89 @@ func Interleave(b *testing.B, designs ...Design) {
 	reportDesigns(b, names, "ops/s", rate, lat)
 }
 
+// A ClientsDesign is one way of doing the operation a benchmark compares,
+// by many clients at once: Ops[i] is client i's, with connections (and a
+// Locker) of its own, as separate processes would have.
+type ClientsDesign struct {
+	Name string
+	Ops  []func(ctx context.Context) error
+}
+
+// InterleaveClients compares designs of one operation done by many
+// clients at once, each on a key of its own: in each of b.N rounds, in an
+// order shuffled every round, each design's clients all run perRound
+// operations concurrently, and the round's wall time is the design's.
+// Taking turns by rounds, as Interleave does by operations, makes the
+// machine's noise hit every design alike. Reported as Interleave does:
+// "<name>-ops/s" over all clients, latency quantiles of single
+// operations, and "<name>/<other>" ratios against the designs listed
+// before it. Every client runs a few operations before the timing starts.
+func InterleaveClients(b *testing.B, perRound int, designs ...ClientsDesign) {
+	b.Helper()
+	ctx := context.Background()
+	run := func(d ClientsDesign, n int, lat *Latencies) error {
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			first error
+		)
+		for _, op := range d.Ops {
+			wg.Go(func() {
+				ds := make([]time.Duration, 0, n)
+				var err error
+				for range n {
+					t0 := time.Now()
+					if err = op(ctx); err != nil {
+						break
+					}
+					ds = append(ds, time.Since(t0))
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if lat != nil {
+					lat.d = append(lat.d, ds...)
+				}
+				if first == nil && err != nil {
+					first = err
+				}
+			})
+		}
+		wg.Wait()
+		return first
+	}
+	for _, d := range designs {
+		if err := run(d, 3, nil); err != nil {
+			b.Fatalf("%s (warm-up): %v", d.Name, err)
+		}
+	}
+	total := make([]time.Duration, len(designs))
+	lat := make([]Latencies, len(designs))
+	order := make([]int, len(designs))
+	for i := range order {
+		order[i] = i
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			t0 := time.Now()
+			if err := run(designs[i], perRound, &lat[i]); err != nil {
+				b.Fatalf("%s: %v", designs[i].Name, err)
+			}
+			total[i] += time.Since(t0)
+		}
+	}
+	b.StopTimer()
+	names := make([]string, len(designs))
+	rate := make([]float64, len(designs))
+	for i, d := range designs {
+		ops := b.N * perRound * len(d.Ops)
+		names[i], rate[i] = d.Name, float64(ops)/total[i].Seconds()
+	}
+	reportDesigns(b, names, "ops/s", rate, lat)
+}
+
 // reportDesigns reports each design's rate ("<name>-<unit>") and latency
 // quantiles, and for each design its rate relative to every design listed
 // before it ("<name>/<other>").
@@ -160,6 +244,23 @@ func AcquireReleaseOp(l locker.Locker, key string, opts ...locker.Option) func(c
 		lk, err := l.Acquire(ctx, key, opts...)
 		if err != nil {
 			return err
+		}
+		return lk.Release(ctx)
+	}
+}
+
+// AcquireFenceReleaseOp is AcquireReleaseOp by a holder that asks for
+// its fence, as a writer to a fenced resource does: Acquire, Fence (which
+// must return one), Release.
+func AcquireFenceReleaseOp(l locker.Locker, key string, opts ...locker.Option) func(context.Context) error {
+	return func(ctx context.Context) error {
+		lk, err := l.Acquire(ctx, key, opts...)
+		if err != nil {
+			return err
+		}
+		if _, ok := lk.Fence(); !ok {
+			lk.Release(ctx)
+			return errors.New("Fence() = false")
 		}
 		return lk.Release(ctx)
 	}

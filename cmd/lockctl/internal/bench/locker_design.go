@@ -31,7 +31,7 @@ func LockerDesign(backend, rawURL string) Design {
 type lockerClient struct{ l locker.Locker }
 
 func (c lockerClient) Lock(ctx context.Context, key string, ttl time.Duration) (Unlock, error) {
-	lk, err := c.l.Acquire(ctx, key, locker.WithTTL(ttl), locker.WithAutoRefresh(false))
+	lk, err := c.l.Acquire(ctx, key, locker.WithTTL(ttl))
 	if err != nil {
 		return nil, err
 	}
