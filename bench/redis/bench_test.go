@@ -37,12 +37,18 @@ const rawRelease = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.c
 
 const ttl = 30 * time.Second
 
-func addr(b *testing.B) string {
+// clients returns a function that makes a new client of the test server,
+// closed when b ends.
+func clients(b *testing.B) func() *goredis.Client {
 	u, err := url.Parse(testenv.Get(b, testenv.RedisURL))
 	if err != nil {
 		b.Fatal(err)
 	}
-	return u.Host
+	return func() *goredis.Client {
+		c := goredis.NewClient(&goredis.Options{Addr: u.Host})
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
 }
 
 // designs returns the four designs on key (suffixed per design), each on
@@ -97,39 +103,16 @@ func designs(b *testing.B, newClient func() *goredis.Client, key string) []bench
 // (benchkit.Interleave). Read "locker/raw", "locker/redislock",
 // "fenced/raw" and "fenced/redislock".
 func BenchmarkUncontended(b *testing.B) {
-	a := addr(b)
-	var clients []*goredis.Client
-	defer func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}()
-	newClient := func() *goredis.Client {
-		c := goredis.NewClient(&goredis.Options{Addr: a})
-		clients = append(clients, c)
-		return c
-	}
-	benchkit.Interleave(b, designs(b, newClient, fmt.Sprintf("bench-peer/%d", time.Now().UnixNano()))...)
+	benchkit.Interleave(b, designs(b, clients(b), fmt.Sprintf("bench-peer/%d", time.Now().UnixNano()))...)
 }
 
 // BenchmarkClients: 16 and 64 clients per design, each with a client (and
 // a Locker) of its own and a key of its own, the designs taking turns by
 // rounds (benchkit.InterleaveClients).
 func BenchmarkClients(b *testing.B) {
-	a := addr(b)
 	for _, n := range []int{16, 64} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			var clients []*goredis.Client
-			defer func() {
-				for _, c := range clients {
-					c.Close()
-				}
-			}()
-			newClient := func() *goredis.Client {
-				c := goredis.NewClient(&goredis.Options{Addr: a})
-				clients = append(clients, c)
-				return c
-			}
+			newClient := clients(b)
 			var cds []benchkit.ClientsDesign
 			for i := range n {
 				ds := designs(b, newClient, fmt.Sprintf("bench-peer-clients/%d/%d", time.Now().UnixNano(), i))

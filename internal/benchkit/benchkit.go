@@ -109,30 +109,16 @@ func Interleave(b *testing.B, designs ...Design) {
 			}
 		}
 	}
-	total := make([]time.Duration, len(designs))
 	lat := make([]Latencies, len(designs))
 	for i := range lat {
 		lat[i].d = make([]time.Duration, 0, b.N)
 	}
-	order := make([]int, len(designs))
-	for i := range order {
-		order[i] = i
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for n := 0; n < b.N; n++ {
-		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, i := range order {
-			t0 := time.Now()
-			if err := designs[i].Op(ctx); err != nil {
-				b.Fatalf("%s: %v", designs[i].Name, err)
-			}
-			d := time.Since(t0)
-			total[i] += d
-			lat[i].Add(d)
-		}
-	}
-	b.StopTimer()
+	total := takeTurns(b, len(designs), func(i int) string { return designs[i].Name }, func(i int) error {
+		t0 := time.Now()
+		err := designs[i].Op(ctx)
+		lat[i].Add(time.Since(t0))
+		return err
+	})
 	names := make([]string, len(designs))
 	rate := make([]float64, len(designs))
 	for i, d := range designs {
@@ -196,25 +182,10 @@ func InterleaveClients(b *testing.B, perRound int, designs ...ClientsDesign) {
 			b.Fatalf("%s (warm-up): %v", d.Name, err)
 		}
 	}
-	total := make([]time.Duration, len(designs))
 	lat := make([]Latencies, len(designs))
-	order := make([]int, len(designs))
-	for i := range order {
-		order[i] = i
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for n := 0; n < b.N; n++ {
-		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, i := range order {
-			t0 := time.Now()
-			if err := run(designs[i], perRound, &lat[i]); err != nil {
-				b.Fatalf("%s: %v", designs[i].Name, err)
-			}
-			total[i] += time.Since(t0)
-		}
-	}
-	b.StopTimer()
+	total := takeTurns(b, len(designs), func(i int) string { return designs[i].Name }, func(i int) error {
+		return run(designs[i], perRound, &lat[i])
+	})
 	names := make([]string, len(designs))
 	rate := make([]float64, len(designs))
 	for i, d := range designs {
@@ -222,6 +193,32 @@ func InterleaveClients(b *testing.B, perRound int, designs ...ClientsDesign) {
 		names[i], rate[i] = d.Name, float64(ops)/total[i].Seconds()
 	}
 	reportDesigns(b, names, "ops/s", rate, lat)
+}
+
+// takeTurns runs b.N rounds, each calling do once for each of n designs
+// in an order shuffled every round, timed from here, and returns the time
+// each design took in all. An error fails the benchmark, naming the design.
+func takeTurns(b *testing.B, n int, name func(int) string, do func(i int) error) []time.Duration {
+	b.Helper()
+	total := make([]time.Duration, n)
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			t0 := time.Now()
+			if err := do(i); err != nil {
+				b.Fatalf("%s: %v", name(i), err)
+			}
+			total[i] += time.Since(t0)
+		}
+	}
+	b.StopTimer()
+	return total
 }
 
 // reportDesigns reports each design's rate ("<name>-<unit>") and latency
