@@ -243,11 +243,12 @@
 // Locker whose locks are asked for their fence takes them with the
 // acquire script instead, which mints the fence (TIME, the counter's GET
 // and SET) in the same round trip. The server's command statistics
-// (INFO commandstats, usec_per_call) put a SET at about 1.4 µs, the
-// release script at 6.0 µs (the raw compare-and-delete at 4.4 µs), and the
-// acquire script at about 14.7 µs: a fence costs the server some 13 µs per
-// acquisition, which is why it is minted only for the Lockers that ask
-// (see Fencing tokens).
+// (INFO commandstats, usec_per_call, over 1,000 to 5,000 calls in two
+// sessions) put a SET at 1.0 to 1.9 µs, the release script at 6.0 to 7.6
+// µs (the raw compare-and-delete at 4.4 µs), and the acquire script at 12
+// to 15 µs: a fence costs the server some 10 to 13 µs per acquisition,
+// which is why it is minted only for the Lockers that ask (see Fencing
+// tokens).
 //
 // Three benchmarks isolate the costs; each runs its designs taking turns
 // (benchkit), so that the machine's noise hits them alike, and reports
