@@ -271,6 +271,14 @@ func (lk *lock) Fence() (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
+	lk.mu.Lock()
+	held = lk.state == stateHeld
+	lk.mu.Unlock()
+	if !held {
+		// Lost here while the mint was on its way (a reply later than the
+		// validity): the lock is no longer to be written under.
+		return 0, false
+	}
 	lk.minted, lk.mint = true, f
 	return f, true
 }
@@ -539,19 +547,26 @@ func (lk *lock) release(ctx context.Context) error {
 		lk.gone(ErrReleased)
 		return nil
 	case err == nil || errors.Is(err, ErrNotHeld):
-		lk.gone(nil)
 		if !ours {
+			lk.gone(nil)
 			lk.mu.Lock()
 			defer lk.mu.Unlock()
 			return lk.notHeldLocked()
 		}
+		// Not there any more (an earlier Release whose reply was lost
+		// took it, or it expired): released, whatever an earlier failure
+		// said.
+		lk.gone(ErrReleased)
 		return err
 	case ours:
 		// The release may not have reached the server: the lock may be
 		// held there until its TTL runs out. Err says so, and a later
-		// Release tries again (the state stays lost, not gone).
+		// Release tries again (the state stays lost, not gone), unless
+		// a Release running alongside freed it meanwhile.
 		lk.mu.Lock()
-		lk.cause = fmt.Errorf("%w, but the release may not have reached the server (%v): the server may hold the lock until its TTL runs out; Release again to retry", ErrReleased, err)
+		if lk.state != stateGone {
+			lk.cause = fmt.Errorf("%w, but the release may not have reached the server (%v): the server may hold the lock until its TTL runs out; Release again to retry", ErrReleased, err)
+		}
 		lk.mu.Unlock()
 	}
 	return err

@@ -312,7 +312,9 @@ func WithMaxHold(d time.Duration) Option {
 // The lock is released on every path out of fn: if fn panics (or calls
 // runtime.Goexit), Do releases the lock and lets the panic go on with its
 // own stack, so that a panic recovered further up (net/http recovers a
-// handler's) leaves no lock behind.
+// handler's) leaves no lock behind. The release goes out detached from
+// ctx, its deadline included, as a Release under an ended context does:
+// fn returning just before that deadline still frees the key at once.
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, lock Lock) error, opts ...Option) error {
 	switch {
 	case ctx == nil:
@@ -349,7 +351,9 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 			lostErr = cause
 		}
 		cancel(nil)
-		relErr = lk.Release(ctx) // goes out even if ctx has ended
+		// Detached from ctx, deadline included: fn may return just before
+		// it, and a release cut short there would leave the key held.
+		relErr = lk.Release(context.WithoutCancel(ctx))
 
 		if lostErr != nil && errors.Is(relErr, ErrNotHeld) {
 			relErr = nil // already reported as lost

@@ -21,7 +21,10 @@ import (
 // returns it.
 type netDriver struct {
 	*memstore.Driver
-	drop      atomic.Bool
+	drop atomic.Bool
+	// loseReply makes every Release reach the store and its reply fail
+	// in transit.
+	loseReply atomic.Bool
 	lostEarly bool
 	// stallRelease, if set, holds every Release until closed or its
 	// context ends.
@@ -30,6 +33,8 @@ type netDriver struct {
 	// whatever its context: a driver slow to give up. stalled is closed
 	// once one waits there.
 	stall, stalled chan struct{}
+	// onRelease, if set, sees the context of every Release first.
+	onRelease func(ctx context.Context)
 }
 
 func (d *netDriver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
@@ -67,6 +72,9 @@ type netHeld struct {
 var errInTransit = errors.New("netDriver: connection reset")
 
 func (h *netHeld) Release(ctx context.Context) error {
+	if h.d.onRelease != nil {
+		h.d.onRelease(ctx)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -78,6 +86,10 @@ func (h *netHeld) Release(ctx context.Context) error {
 		}
 	}
 	if h.d.drop.Load() {
+		return errInTransit
+	}
+	if h.d.loseReply.Load() {
+		h.Held.Release(ctx)
 		return errInTransit
 	}
 	return h.Held.Release(ctx)
@@ -159,6 +171,34 @@ func TestFailedReleaseTellsTheTruth(t *testing.T) {
 	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
 		t.Errorf("a third Release = %v, want ErrNotHeld", err)
 	}
+}
+
+// TestRetriedReleaseFindsItDone: a Release whose reply was lost after it
+// freed the key, retried, finds the key gone: the retry reports
+// ErrNotHeld, and Err no longer says that the server may hold the lock.
+func TestRetriedReleaseFindsItDone(t *testing.T) {
+	d, l, other := newNet(t)
+	ctx := context.Background()
+	lk, err := l.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.loseReply.Store(true)
+	if err := lk.Release(ctx); !errors.Is(err, errInTransit) {
+		t.Fatalf("Release whose reply was lost = %v, want the transport's error", err)
+	}
+	d.loseReply.Store(false)
+	if err := lk.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("Release again = %v, want ErrNotHeld (the first one took it)", err)
+	}
+	if err := lk.Err(); !errors.Is(err, locker.ErrReleased) || strings.Contains(err.Error(), "may hold") {
+		t.Errorf("Err() once a retry found the key gone = %v, want plain ErrReleased", err)
+	}
+	lk2, err := other.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk2.Release(ctx)
 }
 
 // TestLostDuringAcquireNotTracked: a lock the backend reports lost before
@@ -252,4 +292,31 @@ func TestReleaseKeepsLiveDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	lk2.Release(ctx)
+}
+
+// TestDoReleasesPastItsDeadline: Do's own release is not bounded by the
+// deadline of Do's context: fn may return just before it, and a release
+// cut short there would leave the key held for the rest of its TTL. It
+// goes out detached, with the bound of a Release whose context has ended.
+func TestDoReleasesPastItsDeadline(t *testing.T) {
+	d, l, other := newNet(t)
+	outer, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	deadline, _ := outer.Deadline()
+	var got time.Time
+	d.onRelease = func(ctx context.Context) {
+		got, _ = ctx.Deadline()
+	}
+	if err := locker.Do(outer, l, "k", func(context.Context, locker.Lock) error { return nil }); err != nil {
+		t.Fatalf("Do = %v", err)
+	}
+	// A second is what the context had left; a detached release has ten.
+	if !got.After(deadline.Add(5 * time.Second)) {
+		t.Fatalf("Do's release had a deadline of %v, within a few seconds of its context's (%v): fn returning just before it would leave the key held", got, deadline)
+	}
+	lk, err := other.TryAcquire(context.Background(), "k")
+	if err != nil {
+		t.Fatalf("the key after Do returned: %v, want it free", err)
+	}
+	lk.Release(context.Background())
 }
