@@ -94,10 +94,11 @@
 // has not seen the script):
 //
 //   - Acquire: SET key token NX PX ttl. A busy key costs a waiter one more
-//     round trip, GET and PTTL pipelined: the holder's remaining TTL for
-//     the wait's timer, and whether the holder is this very request (a
-//     client library that sent the SET again after a connection broke
-//     finds its own token, and holds the lock). Once a lock of the Locker
+//     round trip, the script Redlock's nodes run too (redisconn.Take): it
+//     takes the key if it was freed meanwhile, counts our own token as
+//     taken (a client library that sent the SET again after a connection
+//     broke finds it there), and otherwise answers with the holder's
+//     remaining TTL, for the wait's timer. Once a lock of the Locker
 //     has been asked for its fence, Acquire is the acquire script instead:
 //     the same SET NX PX and, only if that succeeded, the fence's mint
 //     (below), the holder's PTTL when the key is busy.
@@ -291,9 +292,9 @@
 // and 0.66x to 0.75x with 16 and 64. SET NX PX GET, which returns the
 // holder's token in the same round trip, was measured and dropped:
 // go-redis reports the free key's reply (nil) as an error, and its retry
-// checks on that error allocate some twenty objects per acquisition; a
-// waiter's GET and PTTL, pipelined after a busy SET NX, cost the same
-// round trip only when the key is busy.
+// checks on that error allocate some twenty objects per acquisition; the
+// script a busy SET NX is followed by costs that round trip only when the
+// key is busy.
 //
 // A fence minted by INCR alone, floored by the clock only when the counter
 // is missing, ran as fast as no fence at all, and was rejected: a replica

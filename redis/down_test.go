@@ -131,12 +131,7 @@ func TestServerDownLogsRarely(t *testing.T) {
 // slog.Default(). go-redis's default logger is back after the test.
 func TestRouteClientLogs(t *testing.T) {
 	t.Cleanup(logging.Enable)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := testenv.ClosedAddr(t)
 	dialFailure := func() {
 		t.Helper()
 		c := goredis.NewClient(&goredis.Options{Addr: closed, DialerRetries: 1, MaxRetries: -1})

@@ -18,9 +18,9 @@ import (
 // counter in one Cluster slot whatever K contains, and its "k:" start
 // keeps the tag non-empty even when K begins with "}". No two lock names
 // map to the same key: lock keys end in "}", the others do not.
-func lockKey(k string) string   { return "locker:{k:" + k + "}" }
-func fenceKey(k string) string  { return lockKey(k) + ":fence" }
-func channelOf(k string) string { return lockKey(k) + ":released" }
+func lockKey(k string) string      { return "locker:{k:" + k + "}" }
+func fenceKey(k string) string     { return lockKey(k) + ":fence" }
+func channelOf(lkey string) string { return lkey + ":released" } // of the server key
 
 // fenceLifetime is how long a key's fence counter outlives its last
 // acquisition. After that the counter is gone and the server clock (in
@@ -81,37 +81,22 @@ func (d *driver) Close() error {
 	return d.c.Close()
 }
 
-// TryAcquire takes the key with SET NX PX, minting no fence (it is minted
-// when asked for, MintFence), or, once a lock of this Locker was asked for
-// its fence, with the acquire script, which mints it.
+// TryAcquire takes the key with SET NX PX (redisconn.Take), minting no
+// fence (it is minted when asked for, MintFence), or, once a lock of this
+// Locker was asked for its fence, with the acquire script, which mints it.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	if d.wantFence.Load() {
 		return d.acquireFenced(ctx, req)
 	}
 	start := time.Now()
 	key := lockKey(req.Key)
-	set, err := d.c.SetNX(ctx, key, req.Token, req.TTL)
-	if err != nil {
-		return backend.Acquisition{}, d.abandon(req, err)
-	}
-	if !set {
-		// Taken: by another, or by this very request, whose first try's
-		// reply was lost and which the client library sent again. One
-		// more round trip, for waiters only, tells the two apart and
-		// gives the holder's remaining TTL for the wait's timer.
-		v, n, err := d.c.Peek(ctx, key)
-		if err != nil {
-			return backend.Acquisition{}, d.abandon(req, err) // it may be ours
-		}
-		if v != req.Token {
-			// A key gone meanwhile (-2) is worth another try at once; one
-			// without a TTL (-1, no lock of ours) leaves the end unknown.
-			busy := &backend.Busy{}
-			if n != -1 {
-				busy.Remaining = time.Duration(max(n, 1)) * time.Millisecond
-			}
-			return backend.Acquisition{}, busy
-		}
+	n, err := redisconn.Take(ctx, d.c, key, req.Token, req.TTL)
+	switch {
+	case err != nil:
+		return backend.Acquisition{}, d.abandon(req, err) // it may be ours
+	case n < 1:
+		// Taken by another: its remaining TTL times the wait (0: unknown).
+		return backend.Acquisition{}, &backend.Busy{Remaining: time.Duration(-n) * time.Millisecond}
 	}
 	return backend.Acquisition{Held: &held{d: d, key: req.Key, lkey: key, token: req.Token}, Start: start}, nil
 }
@@ -157,7 +142,7 @@ func (d *driver) abandon(req backend.Request, err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if _, cerr := d.c.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(req.Key)},
-		req.Token, channelOf(req.Key)); cerr != nil {
+		req.Token, channelOf(lockKey(req.Key))); cerr != nil {
 		return fmt.Errorf("%w (and the cleanup of a possibly taken lock failed, so it may block others for up to %v: %v)", err, req.TTL, cerr)
 	}
 	return err
@@ -210,7 +195,7 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (h *held) Release(ctx context.Context) error {
-	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.ReleaseScript, []string{h.lkey}, h.token, channelOf(h.key))
+	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.ReleaseScript, []string{h.lkey}, h.token, channelOf(h.lkey))
 	if err == nil && n != 1 {
 		err = backend.ErrNotHeld
 	}
@@ -252,5 +237,5 @@ var (
 // Watch implements backend.Notifier: package locker waits through the
 // key's release notices.
 func (d *driver) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	return d.notify.Watch(ctx, channelOf(key))
+	return d.notify.Watch(ctx, channelOf(lockKey(key)))
 }

@@ -30,7 +30,7 @@ func SetNXOp(c *goredis.Client, key string) func(context.Context) error {
 		if _, err := conn.SetNX(ctx, lockKey(key), token, 30*time.Second); err != nil {
 			return err
 		}
-		_, err := conn.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(key)}, token, channelOf(key))
+		_, err := conn.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(key)}, token, channelOf(lockKey(key)))
 		return err
 	}
 }
@@ -47,7 +47,7 @@ func ScriptsOp(c *goredis.Client, key string) func(context.Context) error {
 		if _, err := conn.Eval(ctx, acquireScript, []string{lockKey(key), fenceKey(key)}, token, int64(30000), redisconn.Millis(fenceLifetime)); err != nil {
 			return err
 		}
-		_, err := conn.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(key)}, token, channelOf(key))
+		_, err := conn.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(key)}, token, channelOf(lockKey(key)))
 		return err
 	}
 }

@@ -51,5 +51,5 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 // that waiters try again at once. The holder learns of it at its next
 // refresh, which finds the key gone (or another's) and closes its Lost.
 func (d *driver) ForceRelease(ctx context.Context, key string) (bool, error) {
-	return redisconn.ForceRelease(ctx, d.c, lockKey(key), channelOf(key))
+	return redisconn.ForceRelease(ctx, d.c, lockKey(key), channelOf(lockKey(key)))
 }

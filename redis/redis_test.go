@@ -507,12 +507,7 @@ func TestOpenErrors(t *testing.T) {
 // TestServerDown: opening a Locker on a server that is not there fails
 // promptly with an error that says so, for both client libraries.
 func TestServerDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	addr := testenv.ClosedAddr(t)
 	for _, client := range []string{"goredis", "redigo"} {
 		_, err := locker.Open(context.Background(), "redis://"+addr+"?client="+client)
 		if err == nil || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), "refused") {

@@ -46,7 +46,7 @@
 //  1. Read the clock, t1. Send SET key token NX PX ttl, with one random
 //     token, to every node at once, each bounded by the per-node timeout,
 //     so that a dead or hung node costs that much and not the TTL. A node
-//     that refuses is asked again by a script (scripts/acquire.lua) that
+//     that refuses is asked again by a script (redisconn.Take) that
 //     counts our own token already there as taken, setting its TTL
 //     afresh, and otherwise answers with the holder's remaining TTL: a
 //     SET that outlived its node timeout can land after the round was

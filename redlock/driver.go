@@ -17,16 +17,6 @@ import (
 	"github.com/distlock/locker/internal/redisconn"
 )
 
-// acquireScript is one node's part of a round after a plain SET NX PX
-// was refused: SET NX PX again, counting our own token already there as
-// taken, and answering a refusal with the holder's remaining TTL; see
-// scripts/acquire.lua. Release, refresh and TTL run redisconn's scripts,
-// which the redis backend runs too.
-var acquireScript = redisconn.NewScript("redlock-acquire", acquireLua, 1)
-
-//go:embed scripts/acquire.lua
-var acquireLua string
-
 // Names on every node: lock K is the key "redlock:{k:K}", its releases are
 // published on "redlock:{k:K}:released". They differ from the redis
 // package's, so the two backends never mistake each other's locks.
@@ -276,7 +266,7 @@ func (d *driver) nodeErrors(out []outcome) string {
 }
 
 // TryAcquire is one round of the Redlock algorithm: SET NX PX with one
-// token on all nodes at once (then acquireScript on a node that refused:
+// token on all nodes at once (redisconn.Take: its script on a node that refused:
 // a late copy of our own SET there counts as ours); the lock is ours when
 // a majority accepted
 // and validity (TTL - elapsed - drift) is left. Otherwise it is released
@@ -289,13 +279,7 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 // take is one node's part of a round: 1 when the key is ours there, else
 // minus the holder's remaining ms (0 when unknown).
 func take(ctx context.Context, n *node, req backend.Request) (int64, error) {
-	// The plain command first: it is the cheapest, and all it takes when
-	// the key is free.
-	ok, err := n.c.SetNX(ctx, lockKey(req.Key), req.Token, req.TTL)
-	if ok || err != nil {
-		return 1, err
-	}
-	return redisconn.EvalInt(ctx, n.c, acquireScript, []string{lockKey(req.Key)}, req.Token, redisconn.Millis(req.TTL))
+	return redisconn.Take(ctx, n.c, lockKey(req.Key), req.Token, req.TTL)
 }
 
 // gatedRound is a waiter's round. A release notice wakes every waiter at

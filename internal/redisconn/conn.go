@@ -44,11 +44,6 @@ type Conn interface {
 	// SetNX runs SET key value NX PX ttl (in whole milliseconds, at least
 	// one: see Millis) and reports whether it set the key.
 	SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
-	// Peek returns key's value ("" when the key does not exist) and its
-	// remaining time to live in milliseconds (-2 when the key does not
-	// exist, -1 when it has no TTL), read in one round trip (GET and PTTL
-	// pipelined; the two replies may straddle the key's expiry).
-	Peek(ctx context.Context, key string) (value string, pttl int64, err error)
 	// Close closes the client if the Locker opened it, else does nothing.
 	Close() error
 }

@@ -253,15 +253,6 @@ func (g *guard) SetNX(ctx context.Context, key, value string, ttl time.Duration)
 	return ok, err
 }
 
-func (g *guard) Peek(ctx context.Context, key string) (string, int64, error) {
-	if err := g.admit(ctx); err != nil {
-		return "", 0, err
-	}
-	v, n, err := g.Conn.Peek(ctx, key)
-	g.observe(ctx, err)
-	return v, n, err
-}
-
 func (g *guard) Subscribe(ctx context.Context) (PubSub, error) {
 	if err := g.admit(ctx); err != nil {
 		return nil, err

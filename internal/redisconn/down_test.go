@@ -85,9 +85,6 @@ func TestDownServerIsNotDialledPerRequest(t *testing.T) {
 			if _, err := c.SetNX(ctx, "k", "v", time.Second); !isDown(err) {
 				t.Errorf("SetNX: %v, want a *DownError", err)
 			}
-			if _, _, err := c.Peek(ctx, "k"); !isDown(err) {
-				t.Errorf("Peek: %v, want a *DownError", err)
-			}
 			if r := c.EvalMany(ctx, NewScript("t", "return 1", 0), []Call{{}, {}}); !isDown(r[0].Err) || !isDown(r[1].Err) {
 				t.Errorf("EvalMany: %v, want a *DownError for each call", r)
 			}

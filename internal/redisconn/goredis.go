@@ -113,32 +113,6 @@ func (g *goredisConn) SetNX(ctx context.Context, key, value string, ttl time.Dur
 	return g.c.SetNX(ctx, key, value, time.Duration(Millis(ttl))*time.Millisecond).Result()
 }
 
-func (g *goredisConn) Peek(ctx context.Context, key string) (string, int64, error) {
-	var (
-		get  *goredis.StringCmd
-		pttl *goredis.DurationCmd
-	)
-	_, _ = g.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		get, pttl = p.Get(ctx, key), p.PTTL(ctx, key)
-		return nil
-	})
-	v, err := get.Result()
-	if err == goredis.Nil {
-		v, err = "", nil
-	}
-	if err != nil {
-		return "", 0, err
-	}
-	d, err := pttl.Result()
-	if err != nil {
-		return "", 0, err
-	}
-	if d < 0 {
-		return v, int64(d), nil // go-redis passes -1 and -2 through as they are
-	}
-	return v, d.Milliseconds(), nil
-}
-
 func (g *goredisConn) Servers(ctx context.Context) ([]Server, error) {
 	var (
 		mu  sync.Mutex

@@ -175,36 +175,6 @@ func (r *redigoConn) SetNX(ctx context.Context, key, value string, ttl time.Dura
 	return v != nil, nil // "OK", or nil when the key exists
 }
 
-func (r *redigoConn) Peek(ctx context.Context, key string) (string, int64, error) {
-	c, err := r.get(ctx)
-	if err != nil {
-		return "", 0, err
-	}
-	defer c.Close()
-	if err := c.Send("GET", key); err != nil {
-		return "", 0, err
-	}
-	if err := c.Send("PTTL", key); err != nil {
-		return "", 0, err
-	}
-	// An empty command flushes the two and returns both replies.
-	rs, err := redigo.Values(redigo.DoContext(c, ctx, ""))
-	if err != nil {
-		return "", 0, err
-	}
-	if len(rs) != 2 {
-		return "", 0, fmt.Errorf("redis: %d replies to GET and PTTL", len(rs))
-	}
-	var v string
-	if rs[0] != nil {
-		if v, err = redigo.String(rs[0], nil); err != nil {
-			return "", 0, err
-		}
-	}
-	n, err := redigo.Int64(rs[1], nil)
-	return v, n, err
-}
-
 // Servers is the one server the pool dials; redigo has no cluster client.
 func (r *redigoConn) Servers(context.Context) ([]Server, error) {
 	return []Server{redigoServer{r}}, nil

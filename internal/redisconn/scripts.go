@@ -1,6 +1,7 @@
 package redisconn
 
 import (
+	"context"
 	_ "embed"
 	"time"
 )
@@ -16,6 +17,8 @@ var (
 	refreshLua string
 	//go:embed scripts/pttl.lua
 	pttlLua string
+	//go:embed scripts/take.lua
+	takeLua string
 
 	// ReleaseScript deletes a lock key only if it holds the token, and
 	// publishes a release notice: KEYS lock key; ARGV token, channel.
@@ -28,7 +31,23 @@ var (
 	// PTTLScript returns a lock key's remaining TTL in ms if it holds the
 	// token, -1 when it does not: KEYS lock key; ARGV token.
 	PTTLScript = NewScript("pttl", pttlLua, 1)
+
+	takeScript = NewScript("take", takeLua, 1)
 )
+
+// Take takes the lock key for token: SET NX PX, the cheapest, and only if
+// the key is taken, takeScript, one more round trip, which counts our own
+// token already there as taken (and sets its TTL afresh) and otherwise
+// answers with the holder's remaining TTL. It returns 1 when the key is
+// ours; else minus the holder's remaining ms (at least 1), or 0 when the
+// key has no TTL (not a lock).
+func Take(ctx context.Context, c Conn, key, token string, ttl time.Duration) (int64, error) {
+	ok, err := c.SetNX(ctx, key, token, ttl)
+	if ok || err != nil {
+		return 1, err
+	}
+	return EvalInt(ctx, c, takeScript, []string{key}, token, Millis(ttl))
+}
 
 // Millis is d in whole milliseconds, as the scripts and PX take a TTL, and
 // at least 1: PEXPIRE 0 would delete the key, and SET PX 0 is an error.

@@ -1,16 +1,16 @@
--- One node's part of a Redlock round, after a plain SET NX PX was refused:
--- take the lock for a token.
+-- Take a lock for a token, after a plain SET NX PX was refused (Take).
 -- KEYS[1] lock key; ARGV[1] token, ARGV[2] TTL in ms
 -- Returns 1 when the key now holds our token with the TTL: it was free,
 -- or it held our token already. 0 or less when another token holds it:
 -- minus the holder's remaining ms (at least 1), or 0 when the key has no
 -- TTL (not a lock of ours).
 --
--- Our token already there is a SET of this acquisition that arrived
--- late: a round that timed out on this node was undone, and the undo
--- overtook the SET on another connection. Counting it as ours (and
--- setting the TTL afresh, so that the round's validity holds) keeps the
--- late copy from refusing its own acquisition for a whole TTL.
+-- Our token already there is a SET of this acquisition: sent again by the
+-- client library after its connection broke (redis), or one that arrived
+-- late, after a Redlock round that timed out on this node was undone and
+-- the undo overtook it on another connection. Counting it as ours (and
+-- setting the TTL afresh, so that the acquisition's validity holds) keeps
+-- it from refusing its own acquisition for a whole TTL.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 	return 1
 end
