@@ -359,13 +359,35 @@ func (c *Conn) notify(ch Change) {
 	}
 }
 
-// connect dials server, opens or resumes the session on it, and opens the
-// connection to requests: credentials first, then the watches set in the
-// session, then what waited for a connection, in one write.
+// connect dials server, opens or resumes the session on it (adopt), and
+// opens the connection to requests (open).
 func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 	timeout := connectTimeout(c.cfg.SessionTimeout, len(c.servers))
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
+	nc, err := c.dial(ctx, server)
+	if err != nil {
+		return nil, nil, err
+	}
+	deadline, _ := ctx.Deadline() // the dial and the handshake share the timeout
+	fr, resp, err := c.handshake(nc, deadline)
+	c.wmu.Lock()
+	c.dialing = nil // from here Close finds the connection in c.nc, or open finds Close
+	c.wmu.Unlock()
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	c.adopt(server, resp)
+	if err := c.open(nc, timeout); err != nil {
+		return nil, nil, err
+	}
+	return nc, fr, nil
+}
+
+// dial connects to server and keeps the connection where Close can cut its
+// handshake short.
+func (c *Conn) dial(ctx context.Context, server string) (net.Conn, error) {
 	dial := c.cfg.Dial
 	if dial == nil {
 		var d net.Dialer
@@ -373,27 +395,21 @@ func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 	}
 	nc, err := dial(ctx, "tcp", server)
 	if err != nil {
-		return nil, nil, err
+		return nil, dialErr(err)
 	}
 	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if c.closed != nil {
-		c.wmu.Unlock()
 		nc.Close()
-		return nil, nil, c.closed
+		return nil, c.closed
 	}
 	c.dialing = nc
-	c.wmu.Unlock()
-	defer func() {
-		c.wmu.Lock()
-		c.dialing = nil
-		c.wmu.Unlock()
-	}()
-	deadline, _ := ctx.Deadline() // the dial and the handshake share the timeout
-	fr, resp, err := c.handshake(nc, deadline)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
+	return nc, nil
+}
+
+// adopt takes the session the server granted on server: its id, password
+// and timeout. Watches set in another session (one that ended unseen) end.
+func (c *Conn) adopt(server string, resp connectResponse) {
 	old := c.session.Load()
 	c.session.Store(resp.session)
 	c.passwd = resp.passwd
@@ -402,7 +418,6 @@ func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 	c.server.Store(&server)
 	c.curSrv = server
 	if old != resp.session && len(c.watches) > 0 {
-		// Not the session the watches were set in (it ended unseen).
 		c.endWatches(gozk.ErrSessionExpired, gozk.StateExpired)
 	}
 	c.log.Debug("zk: connected", "server", server, "session", fmt.Sprintf("%#x", resp.session), "timeout", granted, "resumed", old == resp.session)
@@ -412,12 +427,17 @@ func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 	default:
 		close(c.first)
 	}
+}
 
+// open makes nc the connection requests go out on, sending first, in one
+// write: the credentials, the watches set in the session, then what waited
+// for a connection. It fails only when Close came first.
+func (c *Conn) open(nc net.Conn, timeout time.Duration) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.closed != nil {
 		nc.Close()
-		return nil, nil, c.closed
+		return c.closed
 	}
 	e := encoder{b: c.wbuf[:0]}
 	var waits []chan error
@@ -452,27 +472,18 @@ func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 		nc.SetWriteDeadline(time.Time{})
 	}
 	c.nc = nc
-	return nc, fr, nil
+	return nil
 }
 
 // handshake sends the connect request and reads the server's answer,
 // both by deadline.
 func (c *Conn) handshake(nc net.Conn, deadline time.Time) (*frameReader, connectResponse, error) {
-	var resp connectResponse
 	nc.SetDeadline(deadline)
 	req := connectRequest{lastZxid: c.lastZxid, timeout: c.askMs, session: c.session.Load(), passwd: c.passwd}
-	var e encoder
-	req.encode(&e)
 	c.lastSent.Store(time.Now().UnixNano())
-	if _, err := nc.Write(e.b); err != nil {
-		return nil, resp, noAnswer(err)
-	}
 	fr := newFrameReader(nc)
-	b, err := fr.next()
+	resp, err := requestSession(nc, fr, &req)
 	if err != nil {
-		return nil, resp, noAnswer(err)
-	}
-	if err := resp.decode(b); err != nil {
 		return nil, resp, err
 	}
 	if resp.timeout <= 0 {
@@ -597,33 +608,50 @@ func (c *Conn) dispatch(b []byte) error {
 	case xidPing:
 		return nil
 	case xidSetWatches:
-		if code != 0 {
-			// The server holds none of them: tell each that it will not fire.
-			c.log.Debug("zk: setting watches again failed", "err", codeError(code))
-			c.endWatches(codeError(code), gozk.StateSyncConnected)
-		}
+		c.setWatchesReply(code)
 		return nil
 	case xidAuth:
-		c.pmu.Lock()
-		var w chan error
-		ok := len(c.authWait) > 0
-		if ok {
-			w = c.authWait[0]
-			c.authWait = c.authWait[1:]
-		}
-		c.pmu.Unlock()
-		if !ok {
-			return fmt.Errorf("%w: an auth reply no auth asked for", ErrProtocol)
-		}
-		err := codeError(code)
-		if w != nil {
-			w <- err
-		}
-		if err != nil {
-			return gozk.ErrAuthFailed
-		}
-		return nil
+		return c.authReply(code)
 	}
+	return c.reply(xid, zxid, code, &d)
+}
+
+// setWatchesReply handles the answer to the watches set again on a new
+// connection: on a failure the server holds none of them, so each is told
+// that it will not fire.
+func (c *Conn) setWatchesReply(code int32) {
+	if code != 0 {
+		c.log.Debug("zk: setting watches again failed", "err", codeError(code))
+		c.endWatches(codeError(code), gozk.StateSyncConnected)
+	}
+}
+
+// authReply hands the server's answer to the oldest auth awaiting one.
+func (c *Conn) authReply(code int32) error {
+	c.pmu.Lock()
+	var w chan error
+	ok := len(c.authWait) > 0
+	if ok {
+		w = c.authWait[0]
+		c.authWait = c.authWait[1:]
+	}
+	c.pmu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: an auth reply no auth asked for", ErrProtocol)
+	}
+	err := codeError(code)
+	if w != nil {
+		w <- err
+	}
+	if err != nil {
+		return gozk.ErrAuthFailed
+	}
+	return nil
+}
+
+// reply completes the request awaiting the reply d holds the body of:
+// the oldest pending one, which must have its xid.
+func (c *Conn) reply(xid int32, zxid int64, code int32, d *decoder) error {
 	c.pmu.Lock()
 	r := c.pending.peek()
 	if r != nil && r.xid == xid {
@@ -636,7 +664,7 @@ func (c *Conn) dispatch(b []byte) error {
 	r.zxid, r.session = zxid, c.session.Load()
 	err := codeError(code)
 	if err == nil {
-		if r.decode(&d); d.err != nil {
+		if r.decode(d); d.err != nil {
 			r.complete(errMalformed)
 			return d.err
 		}
