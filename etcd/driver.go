@@ -522,9 +522,7 @@ func (h *held) Expire() {
 	h.remove(ctx, ls)
 	cancel()
 	h.drop(ls)
-	if h.onLost != nil {
-		h.onLost(fmt.Errorf("%w: its validity ran out without a refresh", backend.ErrNotHeld))
-	}
+	h.tell(errors.New("its validity ran out without a refresh"))
 }
 
 // Refresh keeps the lock on its lease when the TTL stays the same in whole

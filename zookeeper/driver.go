@@ -294,6 +294,15 @@ func (h *held) lost(err error) {
 	}
 }
 
+// abandon ends h, found no longer safely ours, unless it ended already:
+// the holder is told (lost), then its node in s deleted, in that order.
+func (h *held) abandon(s *session, err error) {
+	if h.finish() {
+		h.lost(err)
+		h.deleteNode(s)
+	}
+}
+
 // deleteNode deletes h's node in s, in the background. It frees the key:
 // h is finished, and if it was lost, its holder has been told (lost).
 func (h *held) deleteNode(s *session) {
@@ -379,10 +388,7 @@ func (h *held) check(ctx context.Context, s *session, ep *epoch, owner int64) er
 		// Not ours any more (a move between sessions that was
 		// interrupted); make sure it goes, once the holder is told.
 		err := fmt.Errorf("%w: the lock node belongs to another session", backend.ErrNotHeld)
-		if h.finish() {
-			h.lost(err)
-			h.deleteNode(s)
-		}
+		h.abandon(s, err)
 		return err
 	case ep.ended():
 		// The epoch ended while the read was out: an answer that came back
@@ -482,10 +488,7 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 		// Deleting the node settles it: a late transaction finds no node
 		// to delete and so creates none. The holder is told first.
 		err = fmt.Errorf("%w: moving the lock to a session with the new TTL %v was interrupted: %w", backend.ErrNotHeld, key, err)
-		if h.finish() {
-			h.lost(err)
-			h.deleteNode(s1)
-		}
+		h.abandon(s1, err)
 		s2.unref()
 		return err
 	default:
