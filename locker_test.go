@@ -260,7 +260,7 @@ func TestWatchdogBatches(t *testing.T) {
 
 func TestLoggerSeesFailedRefresh(t *testing.T) {
 	ctx := context.Background()
-	var buf syncBuffer
+	var buf testenv.SyncBuffer
 	d := memstore.NewDriver(memstore.NewStore())
 	l := locker.New(d, &locker.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	defer l.Close()
@@ -275,23 +275,6 @@ func TestLoggerSeesFailedRefresh(t *testing.T) {
 	if !strings.Contains(buf.String(), "refresh failed") {
 		t.Errorf("log %q does not report the failed refresh", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // expiringDriver's locks count their Expire calls; a release can be made

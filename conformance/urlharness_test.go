@@ -184,11 +184,11 @@ func TestURLHarnessOptions(t *testing.T) {
 	raw := testenv.Get(t, testenv.RedlockURL)
 	dead := testenv.ClosedAddr(t)
 	u := strings.Replace(raw, "redlock://", "redlock://"+dead+",", 1) // one of six down: a warning
-	var def, given strings.Builder
+	var def, given testenv.SyncBuffer
 	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&syncWriter{w: &def}, nil)))
+	slog.SetDefault(slog.New(slog.NewTextHandler(&def, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
-	h := conformance.URLHarness(u, locker.WithLogger(slog.New(slog.NewTextHandler(&syncWriter{w: &given}, nil))))
+	h := conformance.URLHarness(u, locker.WithLogger(slog.New(slog.NewTextHandler(&given, nil))))
 	c, err := h.NewClient(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -203,16 +203,4 @@ func TestURLHarnessOptions(t *testing.T) {
 	if def.Len() > 0 {
 		t.Errorf("slog.Default got %q, want nothing", def.String())
 	}
-}
-
-// syncWriter serialises writes to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

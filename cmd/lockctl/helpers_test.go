@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distlock/locker/internal/testenv"
 	"go.uber.org/goleak"
 )
 
@@ -162,28 +163,10 @@ func testEnv(t *testing.T, extra ...string) []string {
 // proc is a lockctl the test started.
 type proc struct {
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout testenv.SyncBuffer
+	stderr testenv.SyncBuffer
 	done   chan struct{}
 	err    error
-}
-
-// syncBuffer is a bytes.Buffer safe to read while the process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // start starts lockctl with args, in env (see testEnv); the test's end

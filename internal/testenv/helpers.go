@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,4 +124,31 @@ func WantNewError(t testing.TB, what string, newLocker func() (locker.Locker, er
 		t.Errorf("%s returned a Locker with its error", what)
 		l.Close()
 	}
+}
+
+// SyncBuffer is a buffer that goroutines may write (a logger, a process's
+// output) while the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Len is how many bytes were written so far.
+func (s *SyncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
 }
