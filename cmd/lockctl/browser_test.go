@@ -23,6 +23,7 @@ import (
 
 	"github.com/distlock/locker/cmd/lockctl/internal/bench"
 	"github.com/distlock/locker/cmd/lockctl/internal/chaos"
+	"github.com/distlock/locker/cmd/lockctl/internal/chart"
 )
 
 // TestReportsInBrowser runs a short real bench and a short real chaos,
@@ -235,7 +236,7 @@ func chaosCharts(r *chaos.Report) map[string]chartWant {
 	want := map[string]chartWant{}
 	for _, c := range r.Cells {
 		if c.Example != nil {
-			id := "timeline-" + c.Scenario + "-" + strings.ReplaceAll(c.Backend, "#", "-")
+			id := chart.ID("timeline", c.Scenario, c.Backend)
 			want[id] = chartWant{points: len(c.Example.Holds) + len(c.Example.Writes), yAxis: true}
 		}
 	}

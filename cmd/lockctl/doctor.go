@@ -172,7 +172,7 @@ func printDiagnosis(w io.Writer, out doctorOutput) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "STATUS\tCHECK\tTARGET\tFOUND\n")
 	counts := map[locker.Status]int{}
-	servers := allTargets(out.Findings)
+	servers := serverCount(out.Findings)
 	for _, f := range out.Findings {
 		counts[f.Status]++
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.ToUpper(f.Status.String()), f.Check, targetCell(f.Targets, servers), firstSentence(f.Detail))
@@ -191,8 +191,8 @@ func printDiagnosis(w io.Writer, out doctorOutput) {
 	fmt.Fprintf(w, "\n%d passed, %d warned, %d failed\n", counts[locker.Pass], counts[locker.Warn], counts[locker.Fail])
 }
 
-// allTargets returns how many distinct servers the findings name.
-func allTargets(fs []doctorFinding) int {
+// serverCount returns how many distinct servers the findings name.
+func serverCount(fs []doctorFinding) int {
 	seen := map[string]bool{}
 	for _, f := range fs {
 		for _, t := range f.Targets {

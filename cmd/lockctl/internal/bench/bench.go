@@ -81,12 +81,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		r.run(ctx, sc, p)
 	}
-	rep.Results, rep.Notes = r.Results(), r.Notes()
 	var cerr error
 	if rep.Connections, cerr = r.conns.Peaks(); cerr != nil {
 		r.notef("connections: not counted: %v", cerr)
-		rep.Notes = r.Notes()
 	}
+	rep.Results, rep.Notes = r.Results(), r.Notes()
 	rep.Targets = Judge(rep)
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, ctx.Err()
@@ -327,8 +326,8 @@ func (d deployment) clients(s Settings) (int, string) {
 				at(w*waiting, "hot-key: %d waiters of each of %s", w, designsText(waiting))
 			}
 		case ScenarioFanout:
-			for n, ds := range d.fanout {
-				at(len(ds), "fanout on %d nodes: one client of each of %s", n, designsText(len(ds)))
+			for _, n := range slices.Sorted(maps.Keys(d.fanout)) { // a tie names the same step every run
+				at(len(d.fanout[n]), "fanout on %d nodes: one client of each of %s", n, designsText(len(d.fanout[n])))
 			}
 		case ScenarioHeldLocks:
 			at(1, "held-locks: one client")

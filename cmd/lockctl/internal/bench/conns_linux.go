@@ -39,16 +39,15 @@ func OpenConns(pids []int) (map[string]int, error) {
 	var socks []tcpSock
 	listening := map[uint16]bool{} // ports the processes listen on
 	for _, table := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
-		all, err := readTCPTable(table)
+		ours, err := readTCPTable(table, inodes)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // no IPv6
 		}
 		if err != nil {
 			return nil, err
 		}
-		for _, s := range all {
+		for _, s := range ours {
 			switch {
-			case !inodes[s.inode]:
 			case s.state == tcpListen:
 				listening[s.local.Port()] = true
 			case s.state == tcpEstablished:
@@ -98,9 +97,10 @@ type tcpSock struct {
 	state, inode  string
 }
 
-// readTCPTable reads /proc/PID/net/tcp or tcp6: "sl local rem st ...
-// inode ...", addresses in hexadecimal.
-func readTCPTable(path string) ([]tcpSock, error) {
+// readTCPTable reads the sockets of inodes in /proc/PID/net/tcp or tcp6:
+// "sl local rem st ... inode ...", addresses in hexadecimal. The others
+// (the servers' own, when chaos runs them) are passed over unparsed.
+func readTCPTable(path string, inodes map[string]bool) ([]tcpSock, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func readTCPTable(path string) ([]tcpSock, error) {
 	sc.Scan() // the header
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 {
+		if len(fields) < 10 || !inodes[fields[9]] {
 			continue
 		}
 		local, err1 := parseProcAddr(fields[1])

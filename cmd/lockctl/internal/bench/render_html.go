@@ -34,6 +34,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/distlock/locker/cmd/lockctl/internal/chart"
 )
 
 // WriteHTML writes r as one self-contained HTML page: header, targets,
@@ -51,7 +53,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 	}
 	seen := map[string]int{}
 	for _, t := range renderScenarioTables(r) {
-		id := htmlID(t.Title)
+		id := chart.ID("s", t.Title)
 		if seen[id]++; seen[id] > 1 { // "a b" and "a-b" would share an id
 			id += "-" + strconv.Itoa(seen[id])
 		}
@@ -97,21 +99,6 @@ func htmlSummary(ts []Target) []htmlCount {
 		}
 	}
 	return slices.DeleteFunc(counts, func(c htmlCount) bool { return c.N == 0 })
-}
-
-// htmlID makes a scenario name into an element id: letters, digits and
-// dashes.
-func htmlID(s string) string {
-	var b strings.Builder
-	b.WriteString("s-")
-	for _, c := range strings.ToLower(s) {
-		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
-			b.WriteRune(c)
-		} else {
-			b.WriteByte('-')
-		}
-	}
-	return b.String()
 }
 
 // htmlCharts draws the charts the report has figures for, in order:
@@ -694,15 +681,7 @@ func svgLinearAxis(top float64, label func(float64) string) svgAxis {
 	if !(top > 0) || math.IsInf(top, 0) {
 		top = 1
 	}
-	raw := top / 5
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := mag * 10
-	for _, m := range []float64{1, 2, 5} {
-		if raw <= m*mag {
-			step = m * mag
-			break
-		}
-	}
+	step := chart.Step(top / 5)
 	a := svgAxis{min: 0, max: math.Ceil(top/step-1e-9) * step}
 	for v := 0.0; v <= a.max+step/2; v += step {
 		a.ticks = append(a.ticks, svgTick{v, label(v)})
@@ -967,7 +946,8 @@ func svgHBarChart(f svgFrame, x svgAxis, bars []svgHBar) string {
 	for i, b := range bars {
 		top := p.y0 + 8 + svgRowH*float64(i)
 		mid := top + (svgRowH-8)/2
-		c.text(p.x0-8, mid+4, "end", ` class="tick y"`, svgShorten(b.label, 34))
+		// Cut to fit; the tooltip has it whole.
+		c.text(p.x0-8, mid+4, "end", ` class="tick y"`, chart.Shorten(b.label, 34))
 		right := x.at(b.v, p.x0, p.x1)
 		c.rect(p.x0, top, max(right-p.x0, 1), svgRowH-8, b.style, b.tip)
 		if !math.IsNaN(b.mark) {
@@ -982,13 +962,4 @@ func svgHBarChart(f svgFrame, x svgAxis, bars []svgHBar) string {
 	}
 	h := c.legend(f.legend, p.y1+70)
 	return svgWrap(f, p.y1+70+h, c.b.String())
-}
-
-// svgShorten cuts s to n characters, marking the cut with an ellipsis;
-// the tooltip has it whole.
-func svgShorten(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
 }

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/distlock/locker/cmd/lockctl/internal/bench"
+	"github.com/distlock/locker/cmd/lockctl/internal/chart"
 )
 
 // WriteHTML writes the report as one self-contained HTML page (no
@@ -94,7 +93,6 @@ const (
 
 // timeline draws a cell's example round.
 type timeline struct {
-	res     *RoundResult
 	clients []string      // a lane each, in the order they first appear
 	span    time.Duration // the x axis' end
 }
@@ -104,7 +102,7 @@ type timeline struct {
 // (coloured by verdict), the engine's marks (faults) as dashed lines, a
 // time axis and a lane per client.
 func timelineSVG(c Cell, res *RoundResult) template.HTML {
-	tl := timeline{res: res, span: max(res.Took, time.Millisecond)}
+	tl := timeline{span: max(res.Took, time.Millisecond)}
 	for _, h := range res.Holds {
 		tl.lane(h.Client)
 	}
@@ -113,7 +111,7 @@ func timelineSVG(c Cell, res *RoundResult) template.HTML {
 	}
 	bottom := tlTop + tlLane*float64(max(len(tl.clients), 1))
 	height := bottom + tlBelow
-	id := timelineID(c)
+	id := chart.ID("timeline", c.Scenario, c.Backend) // "timeline-kill-redis-2" for redis#2
 	b := &strings.Builder{}
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" id="%s" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-labelledby="%s-title" font-family="system-ui, sans-serif" font-size="12" fill="#222">`,
 		id, tlWidth, height, tlWidth, height, id)
@@ -139,24 +137,6 @@ func timelineSVG(c Cell, res *RoundResult) template.HTML {
 	return template.HTML(b.String())
 }
 
-// timelineID is the id of a cell's timeline: "timeline-pause-redis",
-// "timeline-kill-redis-2" for redis#2.
-func timelineID(c Cell) string {
-	var b strings.Builder
-	b.WriteString("timeline")
-	for _, part := range []string{c.Scenario, c.Backend} {
-		b.WriteByte('-')
-		for _, r := range strings.ToLower(part) {
-			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
-				b.WriteRune(r)
-			} else {
-				b.WriteByte('-')
-			}
-		}
-	}
-	return b.String()
-}
-
 // lane adds client's lane, if it has none yet.
 func (tl *timeline) lane(client string) {
 	if !slices.Contains(tl.clients, client) {
@@ -176,7 +156,7 @@ func (tl *timeline) y(client string) float64 {
 // axes draws the time axis (ticks, grid and label) below the lanes, and
 // the clients' names and the y axis' label left of them.
 func (tl *timeline) axes(b *strings.Builder, bottom float64) {
-	step := tickStep(tl.span, 8)
+	step := max(time.Duration(chart.Step(max(float64(tl.span)/8, 1))), 1)
 	for t := time.Duration(0); t <= tl.span; t += step {
 		x := tl.x(t)
 		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#e4e8ec"/>`, x, x, tlTop, bottom)
@@ -187,32 +167,10 @@ func (tl *timeline) axes(b *strings.Builder, bottom float64) {
 		(tlLeft+tlWidth-tlRight)/2, bottom+36)
 	for _, c := range tl.clients {
 		fmt.Fprintf(b, `<text x="%.0f" y="%.1f" text-anchor="end" class="tick y">%s</text>`,
-			tlLeft-8, tl.y(c)+tlLane/2+4, esc(shorten(c, 10)))
+			tlLeft-8, tl.y(c)+tlLane/2+4, esc(chart.Shorten(c, 10))) // cut to fit; the tooltips name it whole
 	}
 	fmt.Fprintf(b, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle" class="axis-label y" font-weight="600">client</text>`,
 		(tlTop+bottom)/2)
-}
-
-// tickStep is a round step (1, 2 or 5 times a power of ten) that cuts
-// span into at most n parts.
-func tickStep(span time.Duration, n int) time.Duration {
-	raw := float64(span) / float64(n)
-	mag := math.Pow(10, math.Floor(math.Log10(max(raw, 1))))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*mag >= raw {
-			return max(time.Duration(m*mag), 1)
-		}
-	}
-	return time.Duration(10 * mag)
-}
-
-// shorten cuts s to n characters, marking the cut with an ellipsis; the
-// holds' and writes' tooltips name the client whole.
-func shorten(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
 }
 
 func esc(s string) string { return template.HTMLEscapeString(s) }
