@@ -198,6 +198,17 @@ func (c *client) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// checkKind refuses a kind the backend does not admit.
+func (c *client) checkKind(k backend.Kind) error {
+	switch {
+	case k == backend.Shared && !c.caps.Shared:
+		return fmt.Errorf("%w: backend %s does not admit shared holds (Shared)", ErrUnsupported, c.backendName())
+	case k == backend.Permit && !c.caps.Permits:
+		return fmt.Errorf("%w: backend %s does not admit semaphores (Limit)", ErrUnsupported, c.backendName())
+	}
+	return nil
+}
+
 // enter records lk's acquisition in flight, unless the Locker is closed.
 func (c *client) enter(lk *lock, cancel context.CancelCauseFunc) bool {
 	c.mu.Lock()
@@ -235,6 +246,13 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if err := c.checkTTL(o.ttl); err != nil {
 		return nil, opErr(op, key, err)
 	}
+	kind, limit, weight, err := o.kind()
+	if err == nil {
+		err = c.checkKind(kind)
+	}
+	if err != nil {
+		return nil, opErr(op, key, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(op, key, err)
 	}
@@ -247,6 +265,9 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		maxHold:     o.maxHold,
 		lost:        make(chan struct{}),
 		slots:       noSlots,
+		kind:        kind,
+		limit:       limit,
+		weight:      weight,
 	}
 	// Close ends the attempt through actx: the driver sees its context
 	// end, cleans up what it may have taken, and returns.
@@ -274,7 +295,8 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 // context does or the Locker closes, and moves lk from the acquisitions in
 // flight to the held locks.
 func (c *client) acquireLock(ctx context.Context, lk *lock, wait bool) error {
-	req := backend.Request{Key: c.cfg.Prefix + lk.key, Token: lk.token, TTL: lk.ttl, OnLost: lk.backendLost}
+	req := backend.Request{Key: c.cfg.Prefix + lk.key, Token: lk.token, TTL: lk.ttl, OnLost: lk.backendLost,
+		Kind: lk.kind, Limit: lk.limit, Weight: lk.weight}
 	var (
 		acq   backend.Acquisition
 		start time.Time

@@ -201,6 +201,9 @@ var (
 	ErrInvalidKey = backend.ErrInvalidKey
 	// ErrInvalidTTL: the TTL is not positive or outside the backend's range.
 	ErrInvalidTTL = backend.ErrInvalidTTL
+	// ErrKindMismatch: the request's kind or limit disagrees with the
+	// key's holders or waiters (Shared, Limit).
+	ErrKindMismatch = backend.ErrKindMismatch
 )
 
 // Why a lock stopped being held, as Lock.Err reports it (wrapped with
@@ -272,6 +275,13 @@ type options struct {
 	maxHold     time.Duration
 	maxHoldSet  bool
 	ttlSet      bool // WithTTL was given
+
+	// What the hold takes of its key: Shared, Limit and Weight.
+	shared    bool
+	limit     int
+	limitSet  bool
+	weight    int
+	weightSet bool
 }
 
 func defaultOptions() options {
@@ -302,6 +312,64 @@ func WithAutoRefresh(on bool) Option {
 // bound.
 func WithMaxHold(d time.Duration) Option {
 	return func(o *options) { o.maxHold, o.maxHoldSet = d, true }
+}
+
+// Shared makes the hold a shared one, a read lock: any number of shared
+// holds of a key coexist, never with an exclusive one (a hold without
+// Shared or Limit, a write lock). Where the backend queues (memory,
+// ZooKeeper, etcd), holds are granted in queue order: a shared request
+// behind a waiting writer waits for it, so a stream of readers cannot
+// starve a writer. Elsewhere (Redis, Redlock) waiters poll or are
+// notified, and a writer may wait as long as readers overlap; see each
+// backend's documentation.
+//
+// Shared and exclusive holds of one key are one read/write lock; a key
+// used as a semaphore (Limit) refuses them with ErrKindMismatch.
+func Shared() Option {
+	return func(o *options) { o.shared = true }
+}
+
+// Limit makes the key a semaphore of n permits (n >= 1) and the hold one
+// of its permit holds, taking one permit unless Weight says how many: at
+// no time do a key's holds take more than n permits together. Every
+// client of the key must give the same n: a request with another limit,
+// or one without Limit, while the key has holders or waiters, fails with
+// ErrKindMismatch. Where the backend queues, permits are granted in queue
+// order: a request that does not fit blocks the smaller ones behind it.
+func Limit(n int) Option {
+	return func(o *options) { o.limit, o.limitSet = n, true }
+}
+
+// Weight makes a semaphore hold (Limit) take w permits (1 <= w <= n)
+// instead of one, as golang.org/x/sync/semaphore.Weighted's Acquire does.
+func Weight(w int) Option {
+	return func(o *options) { o.weight, o.weightSet = w, true }
+}
+
+// kind returns the hold's kind, limit and weight as the options give
+// them, or an error naming what they get wrong.
+func (o *options) kind() (backend.Kind, int, int, error) {
+	switch {
+	case o.limitSet && o.limit < 1:
+		return 0, 0, 0, fmt.Errorf("Limit(%d): a semaphore has at least one permit", o.limit)
+	case o.limitSet && o.limit > backend.SharedCapacity:
+		return 0, 0, 0, fmt.Errorf("Limit(%d): a semaphore has at most %d permits", o.limit, backend.SharedCapacity)
+	case o.weightSet && !o.limitSet:
+		return 0, 0, 0, fmt.Errorf("Weight(%d) without Limit: a weight is a number of a semaphore's permits", o.weight)
+	case o.weightSet && (o.weight < 1 || o.weight > o.limit):
+		return 0, 0, 0, fmt.Errorf("Weight(%d): a hold takes from 1 to the Limit of %d permits", o.weight, o.limit)
+	case o.shared && o.limitSet:
+		return 0, 0, 0, errors.New("Shared and Limit together: a key is a read/write lock or a semaphore, not both")
+	case o.limitSet:
+		w := 1
+		if o.weightSet {
+			w = o.weight
+		}
+		return backend.Permit, o.limit, w, nil
+	case o.shared:
+		return backend.Shared, 0, 0, nil
+	}
+	return backend.Exclusive, 0, 0, nil
 }
 
 // Do acquires key, calls fn while holding it, and releases it. fn's ctx is

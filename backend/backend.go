@@ -127,6 +127,14 @@ type Request struct {
 	Token string
 	// TTL is how long the lock lives on the server unless refreshed.
 	TTL time.Duration
+	// Kind is what the hold takes of the key; Exclusive (the zero value)
+	// is a mutex's hold. Package locker sends only the kinds the driver's
+	// Capabilities admit.
+	Kind Kind
+	// Limit is a Permit's number of permits of the key (at least 1), and
+	// Weight how many of them the hold takes (1 to Limit). Both are 0 for
+	// the other kinds.
+	Limit, Weight int
 	// OnLost, if the driver learns that a held lock is gone before it is
 	// released (a ZooKeeper session expired, an etcd lease was revoked),
 	// is called once, from any goroutine. It must not block.
@@ -286,7 +294,14 @@ type Capabilities struct {
 	// successive holders, safe to check at a resource.
 	Fencing bool
 	// FIFO: blocked Acquire calls get the key in the order they queued.
+	// With shared holds and semaphores, admission is in queue order (see
+	// Admit): a waiter that does not fit blocks those behind it.
 	FIFO bool
+	// Shared: the backend admits Shared holds beside Exclusive ones
+	// (read/write locks). Permits: it admits Permit holds (semaphores).
+	// Package locker refuses the kinds a backend does not admit, with an
+	// error wrapping locker.ErrUnsupported, before the driver is called.
+	Shared, Permits bool
 	// WakeOnRelease: a waiter is woken by the release itself (natively or
 	// by notification), not by polling.
 	WakeOnRelease bool
@@ -314,7 +329,8 @@ func (c Capabilities) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{c.Fencing, "fencing"}, {c.FIFO, "FIFO"}, {c.WakeOnRelease, "wake-on-release"}, {c.LossSignal, "loss signal"}} {
+	}{{c.Fencing, "fencing"}, {c.FIFO, "FIFO"}, {c.WakeOnRelease, "wake-on-release"}, {c.LossSignal, "loss signal"},
+		{c.Shared, "shared holds"}, {c.Permits, "semaphores"}} {
 		if f.on {
 			feats = append(feats, f.name)
 		}

@@ -64,4 +64,30 @@ type Holder struct {
 	// backend-specific; see each backend's Inspect. Nil when there is
 	// nothing to add.
 	Detail map[string]string
+	// Holds lists every holder of the key, in grant order where the
+	// backend knows it: one for a mutex or a write lock, each shared
+	// holder of a read lock, each permit holder of a semaphore. The
+	// fields above describe the first of them. Nil when no one holds the
+	// key.
+	Holds []Hold
+	// Queue lists the waiters, in queue order, where the backend keeps a
+	// queue on the server (WaitersKnown); nil elsewhere.
+	Queue []Hold
+}
+
+// Hold is one holder, or one waiter, of a key as an Inspector found it.
+// Fields a backend cannot tell are zero, with their Known flag false.
+type Hold struct {
+	// Kind is the hold's; Limit and Weight a Permit's (the key's
+	// permits, and how many of them the hold takes).
+	Kind          Kind
+	Limit, Weight int
+	// Token, Fence and TTL are as in Holder.
+	Token    string
+	Fence    uint64
+	Fenced   bool
+	TTL      time.Duration
+	TTLKnown bool
+	// Detail is as in Holder: node paths, lease ids.
+	Detail map[string]string
 }

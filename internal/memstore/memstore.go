@@ -1,6 +1,7 @@
 // Package memstore is the store of the memory backend: locks shared by
 // the clients (Drivers) of one Store in one process, with the semantics of
-// the networked backends (TTL expiry, fencing tokens, FIFO hand-off), and
+// the networked backends (TTL expiry, fencing tokens, FIFO hand-off, shared
+// holds and semaphores under backend.Admit), and
 // clients that can be made to crash or pause as a process can. Package
 // memory is its public face; package locker's own tests wrap its Driver.
 package memstore
@@ -30,15 +31,24 @@ func NewStore() *Store {
 	return &Store{keys: map[string]*entry{}}
 }
 
+// entry is a key with holds or waiters.
 type entry struct {
 	key     string
+	holds   list.List // of *hold, in grant order
+	waiters list.List // of *waiter, FIFO
+}
+
+// hold is one grant of a key.
+type hold struct {
+	e       *entry
 	owner   *Driver
 	token   string
-	fence   uint64 // the holder's
+	claim   backend.Claim
+	fence   uint64
 	expires time.Time
 	timer   *time.Timer
 	onLost  func(error)
-	waiters list.List // of *waiter, FIFO
+	elem    *list.Element // in e.holds; nil once the hold ended
 }
 
 type waiter struct {
@@ -148,6 +158,8 @@ func (d *Driver) Capabilities() backend.Capabilities {
 		FIFO:          true,
 		WakeOnRelease: true,
 		LossSignal:    true,
+		Shared:        true,
+		Permits:       true,
 		MaxKeyLen:     backend.DefaultMaxKeyLen,
 	}
 }
@@ -166,41 +178,84 @@ func (d *Driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	}
 	s := d.s
 	s.mu.Lock()
-	acq, held, notify := d.grantIfFreeLocked(req)
-	var err error
-	if held != nil {
-		err = &backend.Busy{Remaining: time.Until(held.expires)}
+	acq, e, notify, err := d.admitLocked(req)
+	if err == nil && e != nil {
+		err = &backend.Busy{Remaining: e.soonestExpiryLocked()}
+		s.deleteIfIdleLocked(e)
 	}
 	s.mu.Unlock()
 	notify()
 	return acq, err
 }
 
-// grantIfFreeLocked expires what is due on req.Key and grants the key to
-// req if it is free; otherwise it returns the key's entry, which has a
-// holder. s.mu is held; notify is to be called once it is released.
-func (d *Driver) grantIfFreeLocked(req backend.Request) (acq backend.Acquisition, held *entry, notify func()) {
+// admitLocked expires what is due on req.Key and applies the admission
+// rule (backend.Admit) to req placed at the end of the key's queue: it
+// grants the key if req fits, and otherwise returns the key's entry. A
+// request that disagrees with the key's holders or waiters gets a
+// *backend.Mismatch. s.mu is held; notify is to be called once it is
+// released.
+func (d *Driver) admitLocked(req backend.Request) (acq backend.Acquisition, busy *entry, notify func(), err error) {
 	s := d.s
 	notify = s.expireDueLocked(req.Key)
-	if e := s.keys[req.Key]; e != nil && e.owner != nil {
-		return backend.Acquisition{}, e, notify
+	e := s.keys[req.Key]
+	if e == nil {
+		e = &entry{key: req.Key}
+		s.keys[req.Key] = e
 	}
-	return s.grantLocked(req.Key, d, req), nil, notify
+	queue := e.claimsLocked()
+	queue = append(queue, backend.ClaimOf(req))
+	a, err := backend.Admit(queue, len(queue)-1)
+	switch {
+	case err != nil:
+		s.deleteIfIdleLocked(e)
+		return backend.Acquisition{}, nil, notify, err
+	case !a.Admitted:
+		return backend.Acquisition{}, e, notify, nil
+	}
+	return s.grantLocked(e, d, req), nil, notify, nil
 }
 
-// Acquire implements backend.Waiter: waiters queue per key and each
-// release or expiry hands the key to the first of them directly.
+// claimsLocked returns the claims of e's queue as backend.Admit sees it:
+// its holds in grant order, then its live waiters in queue order (a
+// crashed or closed client's waiter is skipped, as a hand-off skips it).
+func (e *entry) claimsLocked() []backend.Claim {
+	queue := make([]backend.Claim, 0, e.holds.Len()+e.waiters.Len()+1)
+	for el := e.holds.Front(); el != nil; el = el.Next() {
+		queue = append(queue, el.Value.(*hold).claim)
+	}
+	for el := e.waiters.Front(); el != nil; el = el.Next() {
+		if w := el.Value.(*waiter); w.d.check() == nil {
+			queue = append(queue, backend.ClaimOf(w.req))
+		}
+	}
+	return queue
+}
+
+// soonestExpiryLocked is how long until the first of e's holds expires.
+func (e *entry) soonestExpiryLocked() time.Duration {
+	var soonest time.Duration
+	for el := e.holds.Front(); el != nil; el = el.Next() {
+		if left := time.Until(el.Value.(*hold).expires); soonest == 0 || left < soonest {
+			soonest = max(left, 1)
+		}
+	}
+	return soonest
+}
+
+// Acquire implements backend.Waiter: waiters queue per key, and each
+// release or expiry grants the key to the waiters at the front of the
+// queue that then fit (backend.Admit), in queue order.
 func (d *Driver) Acquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	if err := d.enter(ctx); err != nil {
 		return backend.Acquisition{}, err
 	}
 	s := d.s
 	s.mu.Lock()
-	acq, e, notify := d.grantIfFreeLocked(req)
+	acq, e, notify, err := d.admitLocked(req)
 	if e == nil {
 		s.mu.Unlock()
 		notify()
-		return acq, nil
+		return acq, err
 	}
 	w := &waiter{d: d, req: req, grant: make(chan backend.Acquisition, 1)}
 	elem := e.waiters.PushBack(w)
@@ -225,9 +280,11 @@ func (d *Driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 	}
 	s.mu.Lock()
 	if !w.granted {
-		// Leaving the queue leaves nothing behind.
+		// Leaving the queue leaves nothing behind, and may let the
+		// waiters behind us in: a writer that gives up unblocks the
+		// readers queued after it.
 		e.waiters.Remove(elem) // a no-op if a hand-off skipped us already
-		s.deleteIfIdleLocked(e)
+		s.handOffLocked(e)
 		s.mu.Unlock()
 		return backend.Acquisition{}, cause
 	}
@@ -244,152 +301,176 @@ func (d *Driver) decline(acq backend.Acquisition, cause error) error {
 	}
 	s := d.s
 	s.mu.Lock()
-	h := acq.Held.(*held)
-	if h.ownedLocked() {
-		s.handOffLocked(h.e)
+	if h := acq.Held.(*held).h; h.ownedLocked() {
+		s.dropLocked(h)
 	}
 	s.mu.Unlock()
 	return cause
 }
 
-// expireDueLocked expires key if its TTL ran out and its timer has not
-// fired yet. The caller calls the returned func after unlocking.
+// expireDueLocked expires the holds of key whose TTL ran out and whose
+// timer has not fired yet. The caller calls the returned func after
+// unlocking.
 func (s *Store) expireDueLocked(key string) (notify func()) {
 	e := s.keys[key]
-	if e == nil || e.owner == nil || time.Now().Before(e.expires) {
+	if e == nil {
 		return func() {}
 	}
-	return s.expireLocked(e)
+	var lost []*hold
+	now := time.Now()
+	for el := e.holds.Front(); el != nil; {
+		h := el.Value.(*hold)
+		el = el.Next()
+		if !now.Before(h.expires) {
+			lost = append(lost, h)
+			s.removeLocked(h)
+		}
+	}
+	if len(lost) == 0 {
+		return func() {}
+	}
+	s.handOffLocked(e)
+	return func() {
+		for _, h := range lost {
+			h.tellLost(errors.New("memory: lock expired"))
+		}
+	}
 }
 
-// grantLocked makes d the owner of key.
-func (s *Store) grantLocked(key string, d *Driver, req backend.Request) backend.Acquisition {
-	e := s.keys[key]
-	if e == nil {
-		e = &entry{key: key}
-		s.keys[key] = e
-	}
+// grantLocked makes d a holder of e, with the next fence.
+func (s *Store) grantLocked(e *entry, d *Driver, req backend.Request) backend.Acquisition {
 	s.fence++
-	e.owner, e.token, e.onLost, e.fence = d, req.Token, req.OnLost, s.fence
+	h := &hold{e: e, owner: d, token: req.Token, claim: backend.ClaimOf(req), onLost: req.OnLost, fence: s.fence}
 	now := time.Now()
-	e.expires = now.Add(req.TTL)
-	if e.timer == nil {
-		e.timer = time.AfterFunc(req.TTL, func() { s.expire(e) })
-	} else {
-		e.timer.Reset(req.TTL)
-	}
+	h.expires = now.Add(req.TTL)
+	h.elem = e.holds.PushBack(h)
+	h.timer = time.AfterFunc(req.TTL, func() { s.expire(h) })
 	return backend.Acquisition{
-		Held:   &held{d: d, e: e, token: req.Token},
+		Held:   &held{d: d, h: h},
 		Fence:  s.fence,
 		Fenced: true,
 		Start:  now,
 	}
 }
 
-// expire runs when an entry's TTL may have run out.
-func (s *Store) expire(e *entry) {
+// expire runs when a hold's TTL may have run out.
+func (s *Store) expire(h *hold) {
 	s.mu.Lock()
-	if e.owner == nil {
+	if h.elem == nil {
 		s.mu.Unlock()
 		return
 	}
-	if left := time.Until(e.expires); left > 0 { // refreshed meanwhile
-		e.timer.Reset(left)
+	if left := time.Until(h.expires); left > 0 { // refreshed meanwhile
+		h.timer.Reset(left)
 		s.mu.Unlock()
 		return
 	}
-	notify := s.expireLocked(e)
+	s.dropLocked(h)
 	s.mu.Unlock()
-	notify()
+	h.tellLost(errors.New("memory: lock expired"))
 }
 
-// expireLocked frees an expired entry; the returned func tells its owner,
-// and is called after unlocking.
-func (s *Store) expireLocked(e *entry) (notify func()) {
-	onLost, owner := e.onLost, e.owner
-	s.handOffLocked(e)
-	return func() {
-		if onLost != nil && !owner.crashed.Load() {
-			onLost(errors.New("memory: lock expired"))
-		}
+// tellLost tells h's owner that h is gone, unless its client crashed.
+func (h *hold) tellLost(err error) {
+	if h.onLost != nil && !h.owner.crashed.Load() {
+		h.onLost(err)
 	}
 }
 
-// handOffLocked frees e and gives it to the first waiter still waiting.
+// dropLocked ends h and grants its key to the waiters that then fit.
+func (s *Store) dropLocked(h *hold) {
+	s.removeLocked(h)
+	s.handOffLocked(h.e)
+}
+
+// removeLocked takes h out of its entry's holds.
+func (s *Store) removeLocked(h *hold) {
+	if h.elem != nil {
+		h.e.holds.Remove(h.elem)
+		h.elem = nil
+		h.timer.Stop()
+	}
+}
+
+// handOffLocked grants e to its waiters, from the front of the queue, for
+// as long as the next one fits (backend.Admit): the hand-off is in queue
+// order, and the first waiter that does not fit blocks the rest.
 func (s *Store) handOffLocked(e *entry) {
-	e.owner, e.token, e.onLost = nil, "", nil
 	for front := e.waiters.Front(); front != nil; front = e.waiters.Front() {
-		w := e.waiters.Remove(front).(*waiter)
+		w := front.Value.(*waiter)
 		if w.d.check() != nil {
+			e.waiters.Remove(front)
 			continue
 		}
+		queue := e.claimsLocked()
+		if a, err := backend.Admit(queue, e.holds.Len()); err != nil || !a.Admitted {
+			// Its claim agreed with those before it when it queued, and
+			// only they can be before it: err is nil.
+			break
+		}
+		e.waiters.Remove(front)
 		w.granted = true
-		w.grant <- s.grantLocked(e.key, w.d, w.req)
-		return
+		w.grant <- s.grantLocked(e, w.d, w.req)
 	}
 	s.deleteIfIdleLocked(e)
 }
 
 func (s *Store) deleteIfIdleLocked(e *entry) {
-	if e.owner == nil && e.waiters.Len() == 0 {
-		if e.timer != nil {
-			e.timer.Stop()
-		}
-		if s.keys[e.key] == e {
-			delete(s.keys, e.key)
-		}
+	if e.holds.Len() == 0 && e.waiters.Len() == 0 && s.keys[e.key] == e {
+		delete(s.keys, e.key)
 	}
 }
 
+// held is a Driver's handle on one of its holds.
 type held struct {
-	d     *Driver
-	e     *entry
-	token string
+	d *Driver
+	h *hold
 }
 
-func (h *held) ownedLocked() bool {
-	return h.e.owner != nil && h.e.token == h.token && time.Now().Before(h.e.expires)
+// ownedLocked reports whether h is still held: not released, not expired.
+func (h *hold) ownedLocked() bool {
+	return h.elem != nil && time.Now().Before(h.expires)
 }
 
-func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
-	if err := h.d.enter(ctx); err != nil {
+func (hd *held) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := hd.d.enter(ctx); err != nil {
 		return err
 	}
-	s := h.d.s
+	s := hd.d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !h.ownedLocked() {
+	if !hd.h.ownedLocked() {
 		return backend.ErrNotHeld
 	}
-	h.e.expires = time.Now().Add(ttl)
-	h.e.timer.Reset(ttl)
+	hd.h.expires = time.Now().Add(ttl)
+	hd.h.timer.Reset(ttl)
 	return nil
 }
 
-func (h *held) TTL(ctx context.Context) (time.Duration, error) {
-	if err := h.d.enter(ctx); err != nil {
+func (hd *held) TTL(ctx context.Context) (time.Duration, error) {
+	if err := hd.d.enter(ctx); err != nil {
 		return 0, err
 	}
-	s := h.d.s
+	s := hd.d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !h.ownedLocked() {
+	if !hd.h.ownedLocked() {
 		return 0, backend.ErrNotHeld
 	}
-	return time.Until(h.e.expires), nil
+	return time.Until(hd.h.expires), nil
 }
 
-func (h *held) Release(ctx context.Context) error {
-	if err := h.d.enter(ctx); err != nil {
+func (hd *held) Release(ctx context.Context) error {
+	if err := hd.d.enter(ctx); err != nil {
 		return err
 	}
-	s := h.d.s
+	s := hd.d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !h.ownedLocked() {
+	if !hd.h.ownedLocked() {
 		return backend.ErrNotHeld
 	}
-	s.handOffLocked(h.e)
+	s.dropLocked(hd.h)
 	return nil
 }
 
