@@ -14,7 +14,8 @@ type Holder = backend.Holder
 
 // ErrUnsupported means the Locker's backend cannot do what was asked:
 // Inspect and ForceRelease on a backend without an inspector, or on a
-// Locker that is not one of this package's. Errors wrapping it also match
+// Locker that is not one of this package's; a shared hold or a semaphore
+// on a backend whose Capabilities do not admit them. Errors wrapping it also match
 // errors.ErrUnsupported.
 var ErrUnsupported = errors.New("not supported by this backend")
 
@@ -32,8 +33,14 @@ var ErrUnsupported = errors.New("not supported by this backend")
 // backend has no inspector gives an error wrapping ErrUnsupported that
 // names the backend. Errors are *OpError with Op "inspect".
 //
+// A key may have several holders (shared holds, a semaphore's permits):
+// Holder.Holds lists them all, each with its kind, and the Holder's own
+// fields describe the first; Holder.Queue lists the waiters, with their
+// kinds, where the backend keeps a queue.
+//
 // What each backend reports:
-//   - memory: everything: token, fence, remaining TTL, queued waiters.
+//   - memory: everything: each holder's kind, token, fence and remaining
+//     TTL, and the queued waiters.
 //   - redis: the lock key's token and PTTL, and the fence counter's value,
 //     which is the holder's fence (Fenced is false if the counter is gone:
 //     it outlives an acquisition by 24 hours). Waiters are unknown: they

@@ -28,6 +28,41 @@
 // ([WithAutoRefresh], [WithMaxHold]), so the TTL bounds how long a crashed
 // process blocks others, not how long work may take.
 //
+// # Shared holds and semaphores
+//
+// A key is a mutex, a read/write lock or a semaphore, as its clients ask:
+//
+//	w, err := l.Acquire(ctx, "catalog")                   // exclusive: a mutex, or a writer
+//	r, err := l.Acquire(ctx, "catalog", locker.Shared())  // a reader beside other readers
+//	p, err := l.Acquire(ctx, "exports", locker.Limit(4))  // one of 4 permits
+//	q, err := l.Acquire(ctx, "exports", locker.Limit(4), locker.Weight(2))
+//
+// Every hold is a Lock like any other: Lost, Until, Refresh, Release, the
+// watchdog, Do and telemetry work the same. Shared holds coexist with each
+// other and never with an exclusive one; a semaphore's holds never take
+// more than its limit of permits together. All clients of a key must agree
+// on what it is: a request for another limit, or a read/write request on a
+// semaphore's key (and the reverse), fails with ErrKindMismatch while the
+// key has holders or waiters.
+//
+// Each backend decides admission by one rule, of which the mutex is the
+// simplest case (package backend's Admit): where the backend keeps a queue
+// (memory, ZooKeeper, etcd), holds are granted in queue order, and a waiter
+// that does not fit (a writer behind readers, a request for 3 permits when
+// 2 are free) blocks the ones behind it, so neither writers nor large
+// requests starve. Redis and Redlock keep no queue: a waiter takes the key
+// when it next tries and fits, so a writer can wait as long as readers
+// overlap. Capabilities.Shared and Capabilities.Permits say what a
+// backend admits; a kind it does not admit fails with ErrUnsupported.
+//
+// Fences are strictly increasing with every grant on a key, in grant
+// order, whatever the kind: an exclusive holder's fence exceeds that of
+// every earlier holder, so a resource that rejects a writer's fence below
+// the largest it has seen rejects a paused writer's write after any later
+// grant. Shared holders' fences order them against writers only: a
+// resource checks a reader's fence against the largest fence of a writer
+// it has seen, since readers that overlap may reach it in any order.
+//
 // # Locks are not reentrant
 //
 // A Lock belongs to the code that acquired it, not to a goroutine or a
@@ -188,6 +223,15 @@ type Lock interface {
 // Capabilities says what a backend guarantees; see backend.Capabilities
 // for the fields.
 type Capabilities = backend.Capabilities
+
+// Kind is what a hold takes of its key: backend.Exclusive (the whole key,
+// the default), backend.Shared (Shared) or backend.Permit (Limit), as
+// Inspect reports it in Holder.Holds.
+type Kind = backend.Kind
+
+// Hold is one holder or waiter of a key as Inspect found it; see
+// backend.Hold.
+type Hold = backend.Hold
 
 // Errors returned by Lockers and Locks, wrapped in an *OpError.
 var (
