@@ -30,7 +30,7 @@ type attempt struct {
 	s      *session
 	ep     *epoch
 	parent string  // the lock's key node
-	guid   string  // in our node's name, to find it again after a lost reply
+	guid   string  // our node's tag: to find it again after a lost reply, and our claim (see newTag)
 	node   ourNode // set by create
 
 	// own is the data watch on our node that handover sets, on the
@@ -72,7 +72,7 @@ func (d *driver) acquire(ctx context.Context, req backend.Request, wait bool) (b
 	for tries := 1; ; tries++ {
 		ep, err := s.current()
 		if err == nil {
-			a := &attempt{d: d, ctx: ctx, req: req, wait: wait, s: s, ep: ep, parent: parent, guid: newGUID()}
+			a := &attempt{d: d, ctx: ctx, req: req, wait: wait, s: s, ep: ep, parent: parent, guid: newTag(backend.ClaimOf(req))}
 			var acq backend.Acquisition
 			if acq, err = a.run(); err == nil {
 				return acq, nil // the lock keeps the session's reference
@@ -105,6 +105,9 @@ func (d *driver) acquire(ctx context.Context, req backend.Request, wait bool) (b
 func (a *attempt) run() (backend.Acquisition, error) {
 	if err := a.create(); err != nil {
 		return backend.Acquisition{}, err
+	}
+	if h := testHooks.Load(); h != nil && h.created != nil {
+		h.created(a.node.path)
 	}
 	acq, err := a.await()
 	if err != nil {
@@ -354,23 +357,29 @@ func (a *attempt) ensureParent() (made bool, err error) {
 	return made, nil
 }
 
-// await lists the queue until our node is the lowest (the lock is ours),
-// watching only the node just before ours in between: a release wakes
-// only the next waiter, never all of them. Without wait it returns a Busy
-// at once if another node is ahead.
+// await lists the queue until backend.Admit admits our node, over the
+// nodes ahead of it in queue order, and waits in between: for the node
+// Admit names (an exclusive claim's is the node just before ours), or,
+// where no single node ahead blocks ours, for any change of the key
+// node's children. A release thus wakes only the waiters it may admit
+// (see the package doc for a semaphore's). A node ahead that disagrees
+// with ours fails the acquisition with a *backend.Mismatch. Without wait
+// it returns a Busy at once if our node is not admitted.
 func (a *attempt) await() (backend.Acquisition, error) {
 	self := a.node.path[len(a.parent)+1:]
 	if n, ok := parseLockNode(self); ok && n.seq == 0 && a.node.known {
 		// The first node ever created in its key node: sequence numbers
 		// count every child created or deleted there before, so none
-		// is ahead of it. The lock is ours from the create.
+		// is ahead of it. The lock is ours from the create: a claim
+		// alone always fits.
 		if h := testHooks.Load(); h != nil && h.first != nil {
 			h.first(a.node.path)
 		}
 		return a.grant(a.node.sent)
 	}
+	children := false // list with a child watch: any node ahead may admit us by going
 	for {
-		children, start, pipelined, err := a.listQueue()
+		l, err := a.listQueue(children)
 		if err = a.settle(err); errors.Is(err, errAgain) {
 			continue
 		}
@@ -378,23 +387,29 @@ func (a *attempt) await() (backend.Acquisition, error) {
 			return backend.Acquisition{}, err
 		}
 		if h := testHooks.Load(); h != nil && h.listed != nil {
-			h.listed(a.node.path, len(children))
+			h.listed(a.node.path, len(l.children))
 		}
-		q := order(children, self, a.guid)
+		q := order(l.children, self, a.guid)
 		for _, o := range q.orphans {
 			a.s.cleanup(a.parent + "/" + o)
 		}
 		switch {
-		case !q.self && pipelined:
+		case !q.self && l.pipelined:
 			continue // not in a listing that should have it: list again to be sure
 		case !q.self:
 			return backend.Acquisition{}, errRequeue
-		case q.lowest:
-			return a.grant(start)
+		case q.mismatch != nil:
+			return backend.Acquisition{}, q.mismatch
+		case q.admitted:
+			return a.grant(l.start)
 		case !a.wait:
 			return backend.Acquisition{}, &backend.Busy{}
+		case q.wait == "" && l.watch == nil:
+			children = true
+			continue // list again, setting the watch
 		}
-		if start, err = a.waitTurn(q); err == nil {
+		start, err := a.waitTurn(q, l.watch)
+		if err == nil {
 			return a.grant(start)
 		}
 		if !errors.Is(err, errAgain) {
@@ -403,57 +418,78 @@ func (a *attempt) await() (backend.Acquisition, error) {
 	}
 }
 
-// waitTurn waits for the node just before ours in q to go. It returns errAgain
-// when the queue is to be listed again, or why to stop waiting; or, with a
-// nil error, that the lock is ours without a listing, and when its TTL
-// began (see handover).
-func (a *attempt) waitTurn(q queue) (time.Time, error) {
-	pred := a.parent + "/" + q.pred
+// waitTurn waits for the node q names to go, or with none named, for the
+// key node's children to change (watch, set by the listing q comes from).
+// It returns errAgain when the queue is to be listed again, or why to
+// stop waiting; or, with a nil error, that the lock is ours without a
+// listing, and when its TTL began (see handover).
+func (a *attempt) waitTurn(q queue, watch <-chan gozk.Event) (time.Time, error) {
+	if q.wait == "" {
+		return time.Time{}, a.waitChildren(watch)
+	}
+	pred := a.parent + "/" + q.wait
 	if c, ok := a.s.conn.(ownConn); ok && q.ahead == 1 && a.node.known {
 		return a.handover(c, pred)
 	}
 	return time.Time{}, a.watchPred(pred)
 }
 
-// listQueue lists the queue: the listing sent behind the create
-// (pipelined), once, if there is one; otherwise a listing sent now, which
-// also reads our node where the create's reply was not seen. start is no
-// later than the sending of the requests the listing follows.
-func (a *attempt) listQueue() (children []string, start time.Time, pipelined bool, err error) {
+// listing is the queue as listQueue read it.
+type listing struct {
+	children  []string
+	start     time.Time         // no later than the sending of the requests the listing follows
+	pipelined bool              // the listing sent behind the create
+	watch     <-chan gozk.Event // the child watch set with it, if asked for
+}
+
+// listQueue lists the queue, with a child watch on the key node if watch:
+// the listing sent behind the create (pipelined), once, if there is one
+// and no watch is asked for; otherwise a listing sent now, which also
+// reads our node where the create's reply was not seen.
+func (a *attempt) listQueue(watch bool) (listing, error) {
 	node := &a.node
-	if node.listed { // set only with known
+	if node.listed && !watch { // set only with known
 		// Listed behind the create: the lock's time runs from before
 		// the create was sent.
 		node.listed = false
 		if h := testHooks.Load(); h != nil && h.pipelined != nil {
 			h.pipelined(node.path)
 		}
-		return node.children, node.sent, true, nil
+		return listing{children: node.children, start: node.sent, pipelined: true}, nil
 	}
-	start = time.Now()
-	var c []string
+	node.listed = false
+	l := listing{start: time.Now()}
 	var stat *gozk.Stat
-	if node.known {
-		c, err = a.s.children(a.ctx, a.ep, a.parent)
-	} else {
-		err = a.s.call(a.ctx, a.ep, a.listOwn(&c, &stat), nil)
+	var err error
+	switch {
+	case node.known && watch:
+		l.children, l.watch, err = a.s.childrenW(a.ctx, a.ep, a.parent)
+	case node.known:
+		l.children, err = a.s.children(a.ctx, a.ep, a.parent)
+	default:
+		var c []string
+		var w <-chan gozk.Event
+		if err = a.s.call(a.ctx, a.ep, a.listOwn(&c, &w, watch, &stat), nil); err == nil {
+			l.children, l.watch = c, w // not ours to read if the caller gave up
+		}
 	}
 	if errors.Is(err, gozk.ErrNoNode) {
-		return nil, start, false, errRequeue // the key node went, and our node with it
+		return listing{}, errRequeue // the key node went, and our node with it
 	}
 	if err != nil {
-		return nil, start, false, err // c and stat are not ours to read if the caller gave up
+		return listing{}, err
 	}
 	if !node.known {
 		node.czxid, node.owner, node.known = stat.Czxid, stat.EphemeralOwner, true
 	}
-	return c, start, false, nil
+	return l, nil
 }
 
-// listOwn returns the request that lists the queue into children and, in
-// the same round trip, reads our own node into stat: for a node whose
-// create's reply was not seen (the connection dropped, or is not ours).
-func (a *attempt) listOwn(children *[]string, stat **gozk.Stat) func() error {
+// listOwn returns the request that lists the queue into children, with a
+// child watch into w if watch, and, in the same round trip, reads our own
+// node into stat: for a node whose create's reply was not seen (the
+// connection dropped, or is not ours).
+func (a *attempt) listOwn(children *[]string, w *<-chan gozk.Event, watch bool, stat **gozk.Stat) func() error {
 	s, parent, path := a.s, a.parent, a.node.path
 	return func() error {
 		type result struct {
@@ -466,7 +502,13 @@ func (a *attempt) listOwn(children *[]string, stat **gozk.Stat) func() error {
 			ok, st, err := s.conn.Exists(path)
 			rc <- result{ok, st, err}
 		}()
-		c, _, err := s.conn.Children(parent)
+		var c []string
+		var err error
+		if watch {
+			c, _, *w, err = s.conn.ChildrenW(parent)
+		} else {
+			c, _, err = s.conn.Children(parent)
+		}
 		r := <-rc
 		*children = c
 		if err == nil {
@@ -480,7 +522,7 @@ func (a *attempt) listOwn(children *[]string, stat **gozk.Stat) func() error {
 	}
 }
 
-// grant makes the lock of our node, which is the lowest in its queue.
+// grant makes the lock of our node, which backend.Admit admitted.
 func (a *attempt) grant(start time.Time) (backend.Acquisition, error) {
 	s, ep, node := a.s, a.ep, a.node
 	h := &held{d: a.d, s: s, ep: ep, path: node.path, owner: node.owner, ttl: s.timeout, onLost: a.req.OnLost, op: make(chan struct{}, 1)}
@@ -490,13 +532,14 @@ func (a *attempt) grant(start time.Time) (backend.Acquisition, error) {
 	return backend.Acquisition{Held: h, Fence: uint64(node.czxid), Fenced: true, TTL: s.timeout, Start: start}, nil
 }
 
-// watchPred watches pred, the node just before ours, and waits until it
-// goes. It returns errAgain when the queue is to be listed again (pred
-// went, or the watch ended with the connection), or why to stop waiting.
+// watchPred watches pred, the node ahead of ours that blocks it (for an
+// exclusive claim, the node just before ours), and waits until it goes.
+// It returns errAgain when the queue is to be listed again (pred went, or
+// the watch ended with the connection), or why to stop waiting.
 //
-// A deleted pred does not by itself make ours the lowest even if pred was
-// the only node ahead: a lock moved to another session (Refresh with a new
-// TTL) is deleted and made again under the same name, keeping its place.
+// A deleted pred does not by itself admit ours even if pred was the only
+// node ahead: a lock moved to another session (Refresh with a new TTL) is
+// deleted and made again under the same name, keeping its place.
 // handover says when a deletion does tell.
 func (a *attempt) watchPred(pred string) error {
 	// A data watch, not an exists watch: on a node that is already gone
@@ -521,7 +564,8 @@ func (a *attempt) watchPred(pred string) error {
 
 // handover waits, on one of the Locker's own connections, for pred to go,
 // pred being the only node ahead of ours. The lock is then ours without
-// listing the queue again, one round trip sooner, when all of these hold:
+// listing the queue again, one round trip sooner (a node alone in its
+// queue is admitted, whatever it claims), when all of these hold:
 //
 //   - pred carries nodeData, so its deletion is not a move (see nodeData),
 //     and the event is its deletion: nodes ahead of ours can go but never
@@ -580,6 +624,20 @@ func (a *attempt) handover(c ownConn, pred string) (time.Time, error) {
 		h.handedOver(a.node.path)
 	}
 	return sent, nil
+}
+
+// waitChildren waits for the key node's children to change, watch being
+// the child watch set by the latest listing: a node ahead of ours went
+// (or one joined behind it). It returns errAgain, to list the queue and
+// judge ours again, or why to stop waiting.
+func (a *attempt) waitChildren(watch <-chan gozk.Event) error {
+	if h := testHooks.Load(); h != nil && h.watching != nil {
+		h.watching(a.node.path, a.parent)
+	}
+	if _, err := waitOn(a, watch); err != nil {
+		return err
+	}
+	return errAgain
 }
 
 // fired reports whether the watch ch has fired.

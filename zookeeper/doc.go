@@ -1,7 +1,9 @@
 // Package zookeeper is the lock backend for Apache ZooKeeper 3.5 or later
 // (tested with 3.8), one server or an ensemble: the lock recipe of the
 // ZooKeeper documentation, with a context on every call, TryAcquire,
-// fencing tokens, TTLs, a lost-lock signal and keys of any bytes.
+// fencing tokens, TTLs, a lost-lock signal and keys of any bytes; and on
+// the same queue, shared holds (read/write locks, locker.Shared) and
+// semaphores (locker.Limit, locker.Weight), admitted in queue order.
 //
 // # Opening
 //
@@ -31,7 +33,8 @@
 //     number holds the lock. Every other waiter watches the node just
 //     before its own and nothing else, so a release wakes exactly one
 //     waiter, the next in line. Waiters get the lock in the order they
-//     queued (Capabilities().FIFO).
+//     queued (Capabilities().FIFO). This is the exclusive case of the
+//     rule of Shared holds and semaphores below.
 //   - A waiter woken by the deletion of the only node that was ahead of it
 //     takes the lock from the watch event alone (a handover); any other
 //     waiter lists again, as the node it watched may have left the queue
@@ -72,6 +75,71 @@
 // That node is the key node's first, sequence number 0 (sequence numbers
 // count every child created or deleted before), so nothing is ahead of it
 // and no listing is needed.
+//
+// # Shared holds and semaphores
+//
+// Every hold of a key, of any kind, is one node in the key's queue, named
+// with what it claims, so that one listing of the key's node tells a
+// waiter all it needs. An exclusive hold's node is named as above; the
+// others put a letter that is not a hex digit in front of fewer random
+// digits, in the same 32 characters:
+//
+//	_c_<32 hex>-lock-<n>                              exclusive (a mutex, a write lock)
+//	_c_s<31 hex>-lock-<n>                             shared (a read lock)
+//	_c_p<limit:8 hex><weight:8 hex><15 hex>-lock-<n>  a permit: weight of limit
+//
+// The queue is the key's lock nodes ordered by the sequence number n (not
+// by name). A node holds the key when backend.Admit admits it: when the
+// units of the nodes ahead of it and its own fit the key (an exclusive
+// node takes the whole key, a shared one a unit of it, a permit its
+// weight of the limit). Holds are thus granted strictly in queue order: a
+// writer queued behind readers blocks the readers queued after it, so a
+// stream of readers cannot starve it, and a permit that does not fit
+// blocks the smaller ones behind it, as golang.org/x/sync/semaphore's
+// Weighted does. A node ahead of ours that disagrees with it (a permit
+// with another limit, a shared or exclusive hold on a semaphore's key, a
+// permit on a read/write lock's) fails the acquisition at once with
+// ErrKindMismatch, and our node is deleted; nodes behind ours are theirs
+// to judge (a request of another kind that queued just after ours is the
+// one refused).
+//
+// A waiter that is not admitted watches one thing:
+//
+//   - An exclusive request watches the node just before its own, as the
+//     mutex does (any node ahead blocks it, so that one decides): one
+//     wake per release.
+//   - A shared request watches the nearest exclusive node ahead of it:
+//     the readers queued behind a writer all wake when it goes, and are
+//     admitted together; a reader leaving ahead of that writer wakes none
+//     of them.
+//   - A permit watches the nearest node ahead whose weight and its own
+//     exceed the limit, if there is one. Where no single node ahead
+//     blocks it (several holders together take too many permits), any of
+//     them going may admit it, so it sets a child watch on the key's node
+//     and lists the queue again on every change: a node created or
+//     deleted in the key wakes every waiter in that state, each listing
+//     the whole queue. With w such waiters and n nodes, every release,
+//     cancellation and new request costs w listings of n names, a herd
+//     the other kinds do not have: a semaphore with many waiters blocked
+//     at once pays it on every change.
+//
+// A waiter whose only node ahead goes takes the key from the watch event
+// (a handover, as above), whatever its kind: a node alone in its queue is
+// always admitted. A cancelled waiter deletes its node; those behind it
+// that watched it, or the key's children, judge their place again, so a
+// cancelled writer queued ahead of readers lets them in at once.
+// Refreshing, the TTL, losing a lock and releasing it are the same for
+// every kind: a hold is one node of its session.
+//
+// Inspect lists every holder (the front of the queue that Admit admits)
+// with its kind, limit, weight and fence, and the waiters in order;
+// ForceRelease deletes every holder's node and no waiter's.
+//
+// A version of this library that knows no kinds reads every node name
+// above as an exclusive hold (it checks only the prefix, the 32
+// characters, the infix and the number), so it waits for readers and
+// permit holders as for writers, and its own nodes are exclusive to
+// newer versions: a key used by both stays safe while they are upgraded.
 //
 // # TTLs and sessions
 //
@@ -201,7 +269,9 @@
 //
 // Acquiring costs two requests where the key node exists (the create and
 // the listing sent behind it) and four where it does not (see How a lock
-// works); releasing, one.
+// works); releasing, one. A permit that waits with a child watch lists
+// the queue once more to set it, and again on every change of the queue
+// (see Shared holds and semaphores).
 //
 // # Fencing tokens
 //
@@ -209,7 +279,21 @@
 // created it. Transaction ids are global and strictly increasing, and
 // holders take a key in the order their nodes were created, so fences are
 // strictly increasing across holders, also when the key's node is deleted
-// and created again (sequence numbers restart then; zxids do not). The
+// and created again (sequence numbers restart then; zxids do not). With
+// shared holds and permits too: holds are granted in queue order, so a
+// writer's fence exceeds that of every hold granted before it, of either
+// kind, and a reader's that of every writer before it.
+//
+// Shared holders hold together, so their fences do not order them among
+// themselves: two readers holding at once have distinct fences, either of
+// which may reach a resource first. What a fence tells a resource used by
+// shared holders is the write it follows: a resource that remembers the
+// highest fence it has seen refuses a write with a smaller one (a paused
+// writer whose turn ended), and may refuse a reader whose fence is below
+// the latest writer's, which started before that write. It must not
+// refuse a reader because another reader's fence is higher; nor does a
+// fence count a semaphore's holders, which the resource must check
+// itself if it cares. The
 // czxid is the zxid of the create's reply, which the Locker's own
 // connections report (internal/zkclient's creates are create2 requests,
 // whose reply carries the node's Stat; go-zookeeper's Create does not

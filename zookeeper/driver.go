@@ -41,6 +41,7 @@ var errRequeue = errors.New("zookeeper: the queue node vanished")
 // hooks let tests observe the recipe; nil in production.
 type hooks struct {
 	beforeCreate func(prefix string)            // a protected create is about to be sent
+	created      func(path string)              // an acquisition's node was created, before its queue is judged
 	recovered    func(path string)              // a create whose reply was lost was found again
 	findFailed   func(err error)                // looking for that create could not reach the server
 	watching     func(self, pred string)        // a waiter set its watch

@@ -1,12 +1,11 @@
 package zookeeper
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,22 +25,27 @@ var _ backend.Inspector = (*driver)(nil)
 const inspectTTL = 10 * time.Second
 
 // Inspect implements backend.Inspector: the key node's children in queue
-// order. The first is the holder: its node's czxid is the fence (the
-// holder's Lock.Fence, unless the holder changed its TTL since, which
+// order (by sequence number), the holders being the front of the queue
+// that backend.Admit admits, as the waiters' own acquisitions judge it;
+// one, or each shared or permit holder. A holder's fence is its node's
+// czxid (its Lock.Fence, unless the holder changed its TTL since, which
 // makes its node again: the czxid is then the later one), its ephemeral
-// owner the session the lock lives in. The rest are waiters. The TTL
-// is the session's timeout, whose remaining part no client can read:
-// TTLKnown is false. Tokens are not stored on the server.
+// owner the session the lock lives in. The rest are waiters, in
+// Holder.Queue with their kind, limit and weight; Holder.Waiters counts
+// them. The TTL is the session's timeout, whose remaining part no client
+// can read: TTLKnown is false. Tokens are not stored on the server.
 //
 // Detail: "key node", the key's node (which the server deletes when its
-// queue is empty); for a held key, "node" (the holder's node), "session"
-// (its id in hex), "created" (the node's creation, on the server's clock)
-// and "session timeout": the lock's TTL. A session of this Locker's has
-// it at hand; another client's is read from the server that session is
+// queue is empty); and for each holder (each Hold's Detail, the first
+// one's also in the Holder's) "node", the holder's node, "session" (its id
+// in hex), "created" (the node's creation, on the server's clock) and
+// "session timeout": the lock's TTL. A session of this Locker's has it at
+// hand; another client's is read from the server that session is
 // connected to, the one whose four-letter word cons lists it with its
-// timeout, asking each server the Locker knows (the URL's, or with New
-// the one its connection is on). Where none lists it, the value starts
-// with "unknown: " and says why.
+// timeout, asking each server the Locker knows (the URL's, or with New the
+// one its connection is on) once for all holders. Where none lists it,
+// the value starts with "unknown: " and says why. A waiter's Detail has
+// its "node".
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
 	s, err := d.inspectSession(ctx)
 	if err != nil {
@@ -53,21 +57,59 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 		return backend.Holder{}, err
 	}
 	h := backend.Holder{WaitersKnown: true, Detail: map[string]string{"key node": q.parent}}
-	if q.holder == "" {
+	for _, w := range q.waiters {
+		h.Queue = append(h.Queue, backend.Hold{Kind: w.claim.Kind, Limit: w.claim.Limit, Weight: w.claim.Weight,
+			Detail: map[string]string{"node": q.parent + "/" + w.name}})
+	}
+	h.Waiters = len(q.waiters)
+	if len(q.holders) == 0 {
 		return h, nil
 	}
-	h.Held = true
-	h.Fence, h.Fenced = uint64(q.stat.Czxid), true
-	h.Waiters = q.waiters
-	h.Detail["node"] = q.holder
-	h.Detail["session"] = "0x" + strconv.FormatInt(q.stat.EphemeralOwner, 16)
-	h.Detail["created"] = time.UnixMilli(q.stat.Ctime).UTC().Format(time.RFC3339Nano)
-	if timeout, ok := d.sessionTimeout(q.stat.EphemeralOwner); ok {
-		h.Detail["session timeout"] = timeout.String()
-	} else {
-		h.Detail["session timeout"] = serverSessionTimeout(ctx, d.knownServers(s), q.stat.EphemeralOwner)
+	owners := make([]int64, len(q.holders))
+	for i, n := range q.holders {
+		owners[i] = n.stat.EphemeralOwner
 	}
+	timeouts := d.sessionTimeouts(ctx, s, owners)
+	for _, n := range q.holders {
+		h.Holds = append(h.Holds, backend.Hold{
+			Kind: n.claim.Kind, Limit: n.claim.Limit, Weight: n.claim.Weight,
+			Fence: uint64(n.stat.Czxid), Fenced: true,
+			Detail: map[string]string{
+				"node":            q.parent + "/" + n.name,
+				"session":         "0x" + strconv.FormatInt(n.stat.EphemeralOwner, 16),
+				"created":         time.UnixMilli(n.stat.Ctime).UTC().Format(time.RFC3339Nano),
+				"session timeout": timeouts[n.stat.EphemeralOwner],
+			},
+		})
+	}
+	first := h.Holds[0]
+	h.Held = true
+	h.Fence, h.Fenced = first.Fence, true
+	maps.Copy(h.Detail, first.Detail)
 	return h, nil
+}
+
+// sessionTimeouts returns the timeout of each of the sessions ids, as
+// Inspect's Detail tells it: this Locker's own from its sessions, the
+// others' from the servers (see serverSessionTimeouts).
+func (d *driver) sessionTimeouts(ctx context.Context, s *session, ids []int64) map[int64]string {
+	out := make(map[int64]string, len(ids))
+	var ask []int64
+	for _, id := range ids {
+		if _, done := out[id]; done {
+			continue
+		}
+		if timeout, ok := d.sessionTimeout(id); ok {
+			out[id] = timeout.String()
+			continue
+		}
+		out[id] = ""
+		ask = append(ask, id)
+	}
+	if len(ask) > 0 {
+		maps.Copy(out, serverSessionTimeouts(ctx, d.knownServers(s), ask))
+	}
+	return out
 }
 
 // knownServers returns the servers Inspect can ask about a session: the
@@ -92,20 +134,20 @@ const consTimeout = 3 * time.Second
 // " /127.0.0.1:51514[1](queued=0,...,sid=0x100149b1b5a0001,lop=PING,est=...,to=3000,...)".
 var consEntry = regexp.MustCompile(`sid=0x([0-9a-f]+)[,)].*?\bto=(\d+)`)
 
-// serverSessionTimeout asks each of servers, at once, for its connections
-// (cons) and returns the timeout of session id as the server that has it
-// lists it; or "unknown: " and why no server did. A session is listed by
-// the one server its client is connected to, so every server is asked.
-func serverSessionTimeout(ctx context.Context, servers []string, id int64) string {
-	hex := strconv.FormatUint(uint64(id), 16)
+// serverSessionTimeouts asks each of servers, at once, for its
+// connections (cons) and returns the timeout of each of the sessions ids
+// as the server that has it lists it; or "unknown: " and why no server
+// did. A session is listed by the one server its client is connected to,
+// so every server is asked; once, whatever the number of sessions.
+func serverSessionTimeouts(ctx context.Context, servers []string, ids []int64) map[int64]string {
+	out := make(map[int64]string, len(ids))
 	if len(servers) == 0 {
-		return "unknown: a Locker made with New does not know which server its connection is on, and only the server the session is connected to tells its timeout (cons)"
+		for _, id := range ids {
+			out[id] = "unknown: a Locker made with New does not know which server its connection is on, and only the server the session is connected to tells its timeout (cons)"
+		}
+		return out
 	}
-	type answer struct {
-		timeout time.Duration
-		err     error
-	}
-	answers := make([]answer, len(servers))
+	answers := make([]consAnswer, len(servers))
 	var wg sync.WaitGroup
 	for i, srv := range servers {
 		wg.Go(func() {
@@ -116,25 +158,40 @@ func serverSessionTimeout(ctx context.Context, servers []string, id int64) strin
 				answers[i].err = err
 				return
 			}
+			answers[i].timeouts = map[string]time.Duration{}
 			for _, m := range consEntry.FindAllStringSubmatch(out, -1) {
-				if m[1] == hex {
-					ms, _ := strconv.ParseInt(m[2], 10, 64)
-					answers[i].timeout = time.Duration(ms) * time.Millisecond
-					return
-				}
+				ms, _ := strconv.ParseInt(m[2], 10, 64)
+				answers[i].timeouts[m[1]] = time.Duration(ms) * time.Millisecond
 			}
 		})
 	}
 	wg.Wait()
+	for _, id := range ids {
+		out[id] = sessionTimeoutFrom(servers, answers, strconv.FormatUint(uint64(id), 16))
+	}
+	return out
+}
+
+// consAnswer is what one server's cons said: the timeouts of the
+// sessions connected to it, by session id in hex; or why it did not.
+type consAnswer struct {
+	timeouts map[string]time.Duration
+	err      error
+}
+
+// sessionTimeoutFrom returns the timeout of the session whose id is hex
+// as one of the servers' answers lists it, or "unknown: " and why none
+// does.
+func sessionTimeoutFrom(servers []string, answers []consAnswer, hex string) string {
 	var why []string
 	for i, a := range answers {
-		switch {
-		case a.timeout > 0:
-			return a.timeout.String()
-		case errors.Is(a.err, errNotAllowed):
+		switch timeout, err := a.timeouts[hex], a.err; {
+		case timeout > 0:
+			return timeout.String()
+		case errors.Is(err, errNotAllowed):
 			why = append(why, servers[i]+" does not allow the four-letter word cons (4lw.commands.whitelist), which lists sessions with their timeouts")
-		case a.err != nil:
-			why = append(why, fmt.Sprintf("%s: %v", servers[i], a.err))
+		case err != nil:
+			why = append(why, fmt.Sprintf("%s: %v", servers[i], err))
 		default:
 			why = append(why, servers[i]+" has no connection of session 0x"+hex)
 		}
@@ -142,12 +199,14 @@ func serverSessionTimeout(ctx context.Context, servers []string, id int64) strin
 	return "unknown: " + strings.Join(why, "; ") + " (only the server the session is connected to lists it: its holder may be connected to a server not named here, or its session may have just ended)"
 }
 
-// ForceRelease implements backend.Inspector: it deletes the holder's node,
-// the first in the queue, and no other. The waiter behind it, which
-// watches that node, is woken as by a release. The holder learns of it at
-// its next refresh, which finds its node gone and closes its Lost. Should
-// the holder release the node between the listing and the delete, nothing
-// is deleted and ForceRelease reports false.
+// ForceRelease implements backend.Inspector: it deletes the node of
+// every holder, the front of the queue that backend.Admit admits (see
+// Inspect), and no waiter's. The waiters it admits, which watch those
+// nodes or the key node's children, are woken as by a release. The
+// holders learn of it at their next refresh, which finds their node gone
+// and closes their Lost. A holder that releases its node between the
+// listing and the delete is skipped; ForceRelease reports whether it
+// deleted any node.
 func (d *driver) ForceRelease(ctx context.Context, key string) (bool, error) {
 	s, err := d.inspectSession(ctx)
 	if err != nil {
@@ -163,54 +222,42 @@ func (d *driver) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("zookeeper: list %s: %w", parent, err)
 	}
-	first, _ := queueOrder(children)
-	if first == "" {
-		return false, nil
-	}
-	err = s.delete(ctx, ep, parent+"/"+first)
-	switch {
-	case errors.Is(err, gozk.ErrNoNode):
-		return false, nil // the holder let go first
-	case err != nil:
-		return false, fmt.Errorf("zookeeper: delete %s/%s: %w", parent, first, err)
-	}
-	return true, nil
-}
-
-// queueOrder returns the name of the first lock node among children (the
-// holder's) and how many follow it; "" when there is none.
-func queueOrder(children []string) (first string, behind int) {
-	type entry struct {
-		name string
-		seq  int64
-	}
-	var q []entry
-	for _, c := range children {
-		if n, ok := parseLockNode(c); ok {
-			q = append(q, entry{c, n.seq})
+	q := inQueueOrder(children)
+	released := false
+	for _, n := range q[:admitted(q)] {
+		err = s.delete(ctx, ep, parent+"/"+n.name)
+		switch {
+		case errors.Is(err, gozk.ErrNoNode):
+			// The holder let go first.
+		case err != nil:
+			return released, fmt.Errorf("zookeeper: delete %s/%s: %w", parent, n.name, err)
+		default:
+			released = true
 		}
 	}
-	if len(q) == 0 {
-		return "", 0
-	}
-	first = slices.MinFunc(q, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) }).name
-	return first, len(q) - 1
+	return released, nil
 }
 
 // queueState is a key node's queue as Inspect read it.
 type queueState struct {
 	parent  string
-	holder  string     // the holder's node path, "" when no one holds the key
-	stat    *gozk.Stat // the holder node's
-	waiters int
+	holders []heldNode // in queue order
+	waiters []lockNode // in queue order
 }
 
-// readQueue lists parent and reads the first node's stat. When that node
-// goes between the two (released, or its session expired), the next in
-// line may hold the key by now, so it lists again.
+// heldNode is a holder's node and its Stat.
+type heldNode struct {
+	lockNode
+	stat *gozk.Stat
+}
+
+// readQueue lists parent and reads the holders' Stats. When one of them
+// goes between the two (released, or its session expired), the waiters
+// behind may hold the key by now, so it lists again; after maxAttempts
+// listings it reports the holders that were still there, unless none was.
 func (s *session) readQueue(ctx context.Context, parent string) (queueState, error) {
 	q := queueState{parent: parent}
-	for range maxAttempts {
+	for try := 1; ; try++ {
 		ep := s.epoch()
 		children, err := s.children(ctx, ep, parent)
 		if errors.Is(err, gozk.ErrNoNode) {
@@ -219,27 +266,66 @@ func (s *session) readQueue(ctx context.Context, parent string) (queueState, err
 		if err != nil {
 			return q, fmt.Errorf("zookeeper: list %s: %w", parent, err)
 		}
-		first, behind := queueOrder(children)
-		if first == "" {
-			return q, nil
-		}
-		path := parent + "/" + first
-		var ok bool
-		var st *gozk.Stat
-		err = s.call(ctx, ep, func() error {
-			var err error
-			ok, st, err = s.conn.Exists(path)
-			return err
-		}, nil)
+		nodes := inQueueOrder(children)
+		n := admitted(nodes)
+		stats, err := s.stats(ctx, ep, parent, nodes[:n])
 		if err != nil {
-			return q, fmt.Errorf("zookeeper: read %s: %w", path, err)
+			return q, err
 		}
-		if ok {
-			q.holder, q.stat, q.waiters = path, st, behind
+		q.holders, q.waiters = q.holders[:0], nodes[n:]
+		for i, st := range stats {
+			if st != nil {
+				q.holders = append(q.holders, heldNode{nodes[i], st})
+			}
+		}
+		switch {
+		case len(q.holders) == n:
+			return q, nil
+		case try == maxAttempts && len(q.holders) == 0:
+			return q, fmt.Errorf("zookeeper: the queue of %s changed under %d listings in a row", parent, maxAttempts)
+		case try == maxAttempts:
 			return q, nil
 		}
 	}
-	return q, fmt.Errorf("zookeeper: the queue of %s changed under %d listings in a row", parent, maxAttempts)
+}
+
+// maxStats bounds the reads of holders' nodes that Inspect has in flight.
+const maxStats = 16
+
+// stats reads the Stat of each of nodes, children of parent, several at a
+// time; nil for a node that is gone.
+func (s *session) stats(ctx context.Context, ep *epoch, parent string, nodes []lockNode) ([]*gozk.Stat, error) {
+	out := make([]*gozk.Stat, len(nodes))
+	errs := make([]error, len(nodes))
+	slots := make(chan struct{}, maxStats)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			path := parent + "/" + n.name
+			var st *gozk.Stat
+			errs[i] = s.call(ctx, ep, func() error {
+				ok, stat, err := s.conn.Exists(path)
+				if ok {
+					st = stat
+				}
+				return err
+			}, nil)
+			if errs[i] == nil {
+				out[i] = st
+			} else {
+				errs[i] = fmt.Errorf("zookeeper: read %s: %w", path, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // inspectSession returns a session to inspect keys with, with one

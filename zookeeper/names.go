@@ -1,23 +1,48 @@
 package zookeeper
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/distlock/locker/backend"
 )
 
 // Names on the server. Lock key K lives in the node <base>/k-<enc(K)>, a
 // container; each acquisition queues one ephemeral sequential child in it
-// named _c_<guid>-lock-<sequence>. The guid is fresh per acquisition, so a
+// named _c_<tag>-lock-<sequence>. The tag is fresh per acquisition, so a
 // create whose reply was lost can be found again by it ("protected"
-// create), and a node is only ever deleted by the acquisition that owns it.
+// create), and a node is only ever deleted by the acquisition that owns
+// it. The tag also says what the hold claims (see newTag), so that one
+// listing of the key node tells a waiter everything backend.Admit needs.
 const (
 	keyPrefix       = "k-"
 	protectedPrefix = "_c_"
 	lockInfix       = "-lock-"
-	guidLen         = 32 // hex digits
+	guidLen         = 32 // characters of a tag (the name says guid: the tag of an exclusive hold is one)
+)
+
+// Tags. An exclusive hold's tag is its guid alone, 32 hex digits: the
+// name every version of this library gave its nodes. The others start
+// with a letter that is not a hex digit, followed by what they claim and
+// random hex digits up to guidLen:
+//
+//	s<31 random>                      a shared hold
+//	p<limit:8><weight:8><15 random>   a permit: limit and weight in hex
+//
+// A version of this library that knows no kinds parses these as it
+// parses its own names, and so takes every shared or permit node for an
+// exclusive one: it waits for all of them, and its own nodes are
+// exclusive to newer clients. Mixed versions are thus safe on a key, if
+// slower to share it.
+const (
+	sharedMark = 's'
+	permitMark = 'p'
+	claimHex   = 8 // hex digits of a permit's limit, and of its weight
 )
 
 // encodeKey maps any key (any bytes) to a valid znode name: bytes that are
@@ -68,11 +93,39 @@ func decodeKey(name string) (string, error) {
 	return b.String(), nil
 }
 
-// newGUID returns 16 random bytes in hex.
-func newGUID() string {
+// newTag returns a fresh tag for a hold claiming c: random hex digits,
+// after the claim where it is not exclusive (see Tags). Exclusive tags
+// carry 128 random bits, shared ones 124, permits 60: enough to tell
+// apart the nodes queued together in one key node.
+func newTag(c backend.Claim) string {
 	var b [guidLen / 2]byte
 	rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+	random := hex.EncodeToString(b[:])
+	switch c.Kind {
+	case backend.Shared:
+		return string(sharedMark) + random[1:]
+	case backend.Permit:
+		return fmt.Sprintf("%c%0*x%0*x%s", permitMark, claimHex, c.Limit, claimHex, c.Weight, random[1+2*claimHex:])
+	}
+	return random
+}
+
+// tagClaim returns what a node whose tag is tag claims. A tag that is not
+// one of a shared hold or of a well-formed permit is an exclusive hold's:
+// the claim that blocks every other is the safe reading of a name this
+// version does not know.
+func tagClaim(tag string) backend.Claim {
+	switch tag[0] {
+	case sharedMark:
+		return backend.Claim{Kind: backend.Shared}
+	case permitMark:
+		limit, lerr := strconv.ParseUint(tag[1:1+claimHex], 16, 32)
+		weight, werr := strconv.ParseUint(tag[1+claimHex:1+2*claimHex], 16, 32)
+		if lerr == nil && werr == nil && 1 <= weight && weight <= limit && limit <= backend.SharedCapacity {
+			return backend.Claim{Kind: backend.Permit, Limit: int(limit), Weight: int(weight)}
+		}
+	}
+	return backend.Claim{Kind: backend.Exclusive}
 }
 
 // lockPrefix is the path a protected sequential create is given; the server
@@ -91,8 +144,10 @@ var nodeData = []byte("locker:1")
 
 // lockNode is one parsed child of a key node.
 type lockNode struct {
-	guid string
-	seq  int64
+	name  string
+	guid  string // the tag
+	seq   int64
+	claim backend.Claim
 }
 
 // parseLockNode parses a child name made by lockPrefix plus the server's
@@ -111,45 +166,128 @@ func parseLockNode(name string) (lockNode, bool) {
 	if err != nil {
 		return lockNode{}, false
 	}
-	return lockNode{guid: guid, seq: seq}, true
+	return lockNode{name: name, guid: guid, seq: seq, claim: tagClaim(guid)}, true
 }
 
-// queue is a key node's children as far as the lock recipe sees them.
+// inQueueOrder returns the lock nodes among children in queue order: by
+// sequence number, which the server hands out in the order of the
+// creates, whatever the tags.
+func inQueueOrder(children []string) []lockNode {
+	q := make([]lockNode, 0, len(children))
+	for _, c := range children {
+		if n, ok := parseLockNode(c); ok {
+			q = append(q, n)
+		}
+	}
+	slices.SortFunc(q, func(a, b lockNode) int { return cmp.Compare(a.seq, b.seq) })
+	return q
+}
+
+// admitted returns how many of q's first nodes hold the key: the longest
+// run from the front that backend.Admit admits (admission is in queue
+// order, so the holders are always the front of the queue).
+func admitted(q []lockNode) int {
+	claims := make([]backend.Claim, len(q))
+	for i, n := range q {
+		claims[i] = n.claim
+	}
+	for i := range claims {
+		if a, err := backend.Admit(claims, i); err != nil || !a.Admitted {
+			return i
+		}
+	}
+	return len(q)
+}
+
+// queue is a key node's children as far as one waiter sees them.
 type queue struct {
-	self    bool     // our node is present
-	lowest  bool     // ... and has the lowest sequence number: we hold the lock
-	pred    string   // name of the node just before ours, when not lowest
-	ahead   int      // lock nodes before ours, orphans not counted
-	orphans []string // other nodes with our guid: creates whose reply was lost
+	self     bool // our node is present
+	admitted bool // ... and holds the key (backend.Admit)
+	// wait, when not admitted, is the name of the node whose deletion we
+	// wait for (Admission.Wait); "" when any node ahead may admit us by
+	// going, so that we watch the key node's children.
+	wait     string
+	ahead    int      // lock nodes before ours, orphans not counted
+	orphans  []string // other nodes with our guid: creates whose reply was lost
+	mismatch error    // a *backend.Mismatch: a node ahead disagrees with ours
 }
 
-// order finds our node (name self, from guid) among children.
+// order finds our node (name self, from guid) among children and judges
+// it by backend.Admit over the nodes ahead of it in sequence order. An
+// exclusive claim reads only its predecessor (the node just before it):
+// any node ahead blocks it, so Admit over [predecessor, ours] decides.
 func order(children []string, self string, guid string) queue {
-	var q queue
 	me, ok := parseLockNode(self)
 	if !ok {
-		return q
+		return queue{}
 	}
-	var predSeq int64
+	if me.claim.Kind == backend.Exclusive {
+		return orderExclusive(children, me)
+	}
+	var q queue
+	var ahead []lockNode
 	for _, c := range children {
 		n, ok := parseLockNode(c)
-		if !ok {
-			continue
-		}
 		switch {
+		case !ok:
 		case c == self:
 			q.self = true
 		case n.guid == guid:
 			q.orphans = append(q.orphans, c)
 		case n.seq < me.seq:
+			ahead = append(ahead, n)
+		}
+	}
+	slices.SortFunc(ahead, func(a, b lockNode) int { return cmp.Compare(a.seq, b.seq) })
+	claims := make([]backend.Claim, 0, len(ahead)+1)
+	for _, n := range ahead {
+		claims = append(claims, n.claim)
+	}
+	q.ahead = len(ahead)
+	q.judge(append(claims, me.claim), func(i int) string { return ahead[i].name })
+	return q
+}
+
+// orderExclusive is order for an exclusive claim me.
+func orderExclusive(children []string, me lockNode) queue {
+	var q queue
+	var pred lockNode
+	for _, c := range children {
+		n, ok := parseLockNode(c)
+		switch {
+		case !ok:
+		case c == me.name:
+			q.self = true
+		case n.guid == me.guid:
+			q.orphans = append(q.orphans, c)
+		case n.seq < me.seq:
 			q.ahead++
-			if q.pred == "" || n.seq > predSeq {
-				q.pred, predSeq = c, n.seq
+			if pred.name == "" || n.seq > pred.seq {
+				pred = n
 			}
 		}
 	}
-	q.lowest = q.self && q.pred == ""
+	if pred.name == "" {
+		q.admitted = q.self
+		return q
+	}
+	claims := [2]backend.Claim{pred.claim, me.claim}
+	q.judge(claims[:], func(int) string { return pred.name })
 	return q
+}
+
+// judge applies backend.Admit to the last of claims, ours, the others
+// being those ahead of it in queue order; name names the node of claim i.
+func (q *queue) judge(claims []backend.Claim, name func(i int) string) {
+	a, err := backend.Admit(claims, len(claims)-1)
+	switch {
+	case err != nil:
+		q.mismatch = err
+	case a.Admitted:
+		q.admitted = q.self
+	case a.Wait >= 0:
+		q.wait = name(a.Wait)
+	}
 }
 
 // cleanBase checks the URL path that names the base node and returns it

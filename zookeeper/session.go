@@ -20,6 +20,7 @@ import (
 // speak go-zookeeper's data types and errors.
 type conn interface {
 	Children(path string) ([]string, *gozk.Stat, error)
+	ChildrenW(path string) ([]string, *gozk.Stat, <-chan gozk.Event, error)
 	Close()
 	Create(path string, data []byte, flags int32, acl []gozk.ACL) (string, error)
 	CreateContainer(path string, data []byte, flags int32, acl []gozk.ACL) (string, error)
@@ -41,6 +42,7 @@ type conn interface {
 type ownConn interface {
 	CreateAndList(st zkclient.Stop, path string, data []byte, flags int32, acl []gozk.ACL, list string, late func(zkclient.Created, error)) (zkclient.Created, zkclient.Listed, error)
 	ChildrenStop(st zkclient.Stop, path string) ([]string, *gozk.Stat, error)
+	ChildrenWStop(st zkclient.Stop, path string) ([]string, *gozk.Stat, <-chan gozk.Event, error)
 	GetWAll(st zkclient.Stop, paths ...string) ([]zkclient.Watched, error)
 	DeleteStop(st zkclient.Stop, path string, version int32) error
 }
@@ -432,6 +434,29 @@ func (s *session) children(ctx context.Context, ep *epoch, path string) ([]strin
 		return nil, err // fn may still be running, and writing children
 	}
 	return children, nil
+}
+
+// childrenW lists path and sets a child watch on it, for ctx in epoch ep.
+func (s *session) childrenW(ctx context.Context, ep *epoch, path string) ([]string, <-chan gozk.Event, error) {
+	if c, ok := s.conn.(ownConn); ok {
+		st, err := stop(ctx, ep)
+		if err != nil {
+			return nil, nil, err
+		}
+		children, _, watch, err := c.ChildrenWStop(st, path)
+		return children, watch, stopped(ctx, ep, err)
+	}
+	var children []string
+	var watch <-chan gozk.Event
+	err := s.call(ctx, ep, func() error {
+		c, _, w, err := s.conn.ChildrenW(path)
+		children, watch = c, w
+		return err
+	}, nil)
+	if err != nil {
+		return nil, nil, err // fn may still be running, and writing children
+	}
+	return children, watch, nil
 }
 
 // watchData sets a data watch on path, for ctx in epoch ep.

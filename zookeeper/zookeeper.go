@@ -113,6 +113,8 @@ func capabilities(r sessionRange, lossSignal bool) backend.Capabilities {
 		Name:          "zookeeper",
 		Fencing:       true,
 		FIFO:          true,
+		Shared:        true,
+		Permits:       true,
 		WakeOnRelease: true,
 		LossSignal:    lossSignal,
 		MinTTL:        r.min,

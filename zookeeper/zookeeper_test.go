@@ -591,13 +591,20 @@ func TestHandoffStress(t *testing.T) {
 // session lives.
 func TestLostReplyFoundAgain(t *testing.T) { testLostReply(t, false) }
 
+// TestLostReplyShared: the same for a shared hold and a permit, whose
+// nodes' names carry their claim: found again, and nothing left behind.
+func TestLostReplyShared(t *testing.T) {
+	t.Run("shared", func(t *testing.T) { testLostReply(t, false, locker.Shared()) })
+	t.Run("permit", func(t *testing.T) { testLostReply(t, false, locker.Limit(3), locker.Weight(2)) })
+}
+
 // TestLostReplyFoundWhileUnreachable: the server cannot be reached for a
 // while after the create's reply was lost, so that the first look for the
 // node fails; the acquisition looks again once the connection is back,
 // rather than failing an acquisition that succeeded.
 func TestLostReplyFoundWhileUnreachable(t *testing.T) { testLostReply(t, true) }
 
-func testLostReply(t *testing.T, unreachable bool) {
+func testLostReply(t *testing.T, unreachable bool, kind ...locker.Option) {
 	raw := testenv.Get(t, testenv.ZooKeeperURL)
 	p := testenv.Proxy(t, testenv.Hosts(t, raw)[0])
 	base := "/" + uniq("lostreply")
@@ -605,9 +612,10 @@ func testLostReply(t *testing.T, unreachable bool) {
 	c := dial(t, testenv.Hosts(t, raw), 10*time.Second)
 	ctx := context.Background()
 	ttl := locker.WithTTL(10 * time.Second) // the session outlives the drop
+	opts := append([]locker.Option{ttl}, kind...)
 	// Open the session and create the key's node, so that the create
 	// below is the only request in flight.
-	warm, err := l.Acquire(ctx, "k", ttl)
+	warm, err := l.Acquire(ctx, "k", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,7 +649,7 @@ func testLostReply(t *testing.T, unreachable bool) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		lk, err := l.TryAcquire(ctx, "k", ttl)
+		lk, err := l.TryAcquire(ctx, "k", opts...)
 		done <- result{lk, err}
 	}()
 	testenv.WaitFor(t, 5*time.Second, "the create applied on the server", func() bool {
@@ -662,16 +670,22 @@ func testLostReply(t *testing.T, unreachable bool) {
 	if r.err != nil {
 		t.Fatalf("TryAcquire across a lost create reply: %v", r.err)
 	}
-	defer r.lk.Release(ctx)
 	var path string
 	select {
 	case path = <-recovered:
 	default:
+		r.lk.Release(ctx)
 		t.Fatal("the acquisition got its lock without recovering the create whose reply was lost")
 	}
 	nodes := lockNodes(t, c, base, "k")
 	if len(nodes) != 1 || !strings.HasSuffix(path, "/"+nodes[0]) {
 		t.Fatalf("queue %v after the recovered create of %s: want exactly that node", nodes, path)
+	}
+	if err := r.lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if nodes := lockNodes(t, c, base, "k"); len(nodes) != 0 {
+		t.Fatalf("Release left %v behind", nodes)
 	}
 }
 

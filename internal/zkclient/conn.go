@@ -153,6 +153,7 @@ type Conn struct {
 	passwd   []byte
 	lastZxid int64
 	watches  map[string][]chan gozk.Event // data watches, by path
+	children map[string][]chan gozk.Event // child watches, by path
 	curSrv   string
 }
 
@@ -178,14 +179,15 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("zk: session timeout %v out of range", cfg.SessionTimeout)
 	}
 	c := &Conn{
-		cfg:     cfg,
-		servers: append([]string(nil), cfg.Servers...),
-		askMs:   int32(ms),
-		log:     cfg.Logger,
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
-		first:   make(chan struct{}),
-		watches: map[string][]chan gozk.Event{},
+		cfg:      cfg,
+		servers:  append([]string(nil), cfg.Servers...),
+		askMs:    int32(ms),
+		log:      cfg.Logger,
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+		first:    make(chan struct{}),
+		watches:  map[string][]chan gozk.Event{},
+		children: map[string][]chan gozk.Event{},
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -417,7 +419,7 @@ func (c *Conn) adopt(server string, resp connectResponse) {
 	c.granted.Store(int64(granted))
 	c.server.Store(&server)
 	c.curSrv = server
-	if old != resp.session && len(c.watches) > 0 {
+	if old != resp.session && len(c.watches)+len(c.children) > 0 {
 		c.endWatches(gozk.ErrSessionExpired, gozk.StateExpired)
 	}
 	c.log.Debug("zk: connected", "server", server, "session", fmt.Sprintf("%#x", resp.session), "timeout", granted, "resumed", old == resp.session)
@@ -496,30 +498,36 @@ func (c *Conn) handshake(nc net.Conn, deadline time.Time) (*frameReader, connect
 	return fr, resp, nil
 }
 
-// encodeSetWatches appends the packets that set the session's data
-// watches on a new connection. The server fires at once those whose node
-// changed after the last zxid this client saw.
+// encodeSetWatches appends the packets that set the session's data and
+// child watches on a new connection. The server fires at once those whose
+// node changed after the last zxid this client saw.
 func (c *Conn) encodeSetWatches(e *encoder) {
-	if len(c.watches) == 0 {
+	if len(c.watches)+len(c.children) == 0 {
 		return
 	}
-	var batch []string
+	var data, child []string
 	size := 0
 	flush := func() {
 		at := e.begin(xidSetWatches, opSetWatches)
 		e.int64(c.lastZxid)
-		e.strings(batch)
+		e.strings(data)
 		e.strings(nil) // exists watches
-		e.strings(nil) // child watches
+		e.strings(child)
 		e.end(at)
-		batch, size = batch[:0], 0
+		data, child, size = data[:0], child[:0], 0
 	}
-	for p := range c.watches {
-		if size+4+len(p) > maxSetWatches && len(batch) > 0 {
+	add := func(batch *[]string, p string) {
+		if size+4+len(p) > maxSetWatches && size > 0 {
 			flush()
 		}
-		batch = append(batch, p)
+		*batch = append(*batch, p)
 		size += 4 + len(p)
+	}
+	for p := range c.watches {
+		add(&data, p)
+	}
+	for p := range c.children {
+		add(&child, p)
 	}
 	flush()
 }
@@ -675,7 +683,11 @@ func (c *Conn) reply(xid int32, zxid int64, code int32, d *decoder) error {
 		c.lastZxid = zxid
 	}
 	if err == nil && r.watch != nil {
-		c.watches[r.watchPath] = append(c.watches[r.watchPath], r.watch)
+		ws := c.watches
+		if r.op == opGetChildren2 {
+			ws = c.children
+		}
+		ws[r.watchPath] = append(ws[r.watchPath], r.watch)
 	}
 	r.complete(err)
 	return nil
@@ -685,7 +697,10 @@ func (c *Conn) reply(xid int32, zxid int64, code int32, d *decoder) error {
 // unknown, as for a reply lost with the connection.
 var errMalformed = fmt.Errorf("%w: %w", gozk.ErrConnectionClosed, ErrProtocol)
 
-// notification delivers a watch event to the data watches on its path.
+// notification delivers a watch event to the watches it fires: a change
+// of data fires the data watches on its path, a child created or deleted
+// the child watches, and a deletion both (the server sends one event for
+// the two).
 func (c *Conn) notification(d *decoder) error {
 	typ := d.int32()
 	state := d.int32()
@@ -693,25 +708,35 @@ func (c *Conn) notification(d *decoder) error {
 	if d.err != nil {
 		return d.err
 	}
-	if typ != evNodeDeleted && typ != evNodeDataChanged {
-		return nil // no other kind of watch is set
+	ev := gozk.Event{Type: gozk.EventType(typ), State: gozk.State(state), Path: path, Server: c.curSrv}
+	if typ == evNodeDeleted || typ == evNodeDataChanged {
+		fire(c.watches, ev)
 	}
-	ws := c.watches[path]
-	delete(c.watches, path)
-	for _, w := range ws {
-		w <- gozk.Event{Type: gozk.EventType(typ), State: gozk.State(state), Path: path, Server: c.curSrv}
+	if typ == evNodeDeleted || typ == evNodeChildrenChanged {
+		fire(c.children, ev)
 	}
-	return nil
+	return nil // no other kind of watch is set
+}
+
+// fire sends ev to the watches of ws on its path, which it removes: a
+// watch fires once.
+func fire(ws map[string][]chan gozk.Event, ev gozk.Event) {
+	for _, w := range ws[ev.Path] {
+		w <- ev
+	}
+	delete(ws, ev.Path)
 }
 
 // endWatches tells every watch that it will not fire.
 func (c *Conn) endWatches(err error, state gozk.State) {
-	for p, ws := range c.watches {
-		for _, w := range ws {
-			w <- gozk.Event{Type: gozk.EventNotWatching, State: state, Path: p, Err: err, Server: c.curSrv}
+	for _, ws := range []map[string][]chan gozk.Event{c.watches, c.children} {
+		for p, chs := range ws {
+			for _, w := range chs {
+				w <- gozk.Event{Type: gozk.EventNotWatching, State: state, Path: p, Err: err, Server: c.curSrv}
+			}
 		}
+		clear(ws)
 	}
-	clear(c.watches)
 }
 
 // drop ends a connection: what awaits a reply on it fails, with an

@@ -413,3 +413,89 @@ func TestWatch(t *testing.T) {
 	default:
 	}
 }
+
+// TestChildWatch: a child watch fires once, on a child created or deleted
+// or on the node's deletion, which also fires a data watch on the node;
+// one on a missing node is not set.
+func TestChildWatch(t *testing.T) {
+	c, _ := connect(t, 8*time.Second, nil)
+	o := observer(t)
+	root := tree(t, c, "childwatch")
+	dir := root + "/dir"
+	if _, err := o.Create(dir, nil, 0, worldACL); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := c.ChildrenW(root + "/none"); !errors.Is(err, gozk.ErrNoNode) {
+		t.Fatalf("ChildrenW of a missing node: %v, want ErrNoNode", err)
+	}
+	children, _, created, err := c.ChildrenW(dir)
+	if err != nil || len(children) != 0 {
+		t.Fatalf("ChildrenW = %v, %v; want no children", children, err)
+	}
+	if _, err := o.Create(dir+"/a", nil, 0, worldACL); err != nil {
+		t.Fatal(err)
+	}
+	if ev := awaitEvent(t, created, "a child created"); ev.Type != gozk.EventNodeChildrenChanged || ev.Path != dir {
+		t.Fatalf("fired %+v, want EventNodeChildrenChanged on %s", ev, dir)
+	}
+	// Fired once: the next change is not reported on that watch.
+	if _, err := o.Create(dir+"/b", nil, 0, worldACL); err != nil {
+		t.Fatal(err)
+	}
+	children, _, deleted, err := c.ChildrenW(dir)
+	if err != nil || !slices.Equal(sorted(children), []string{"a", "b"}) {
+		t.Fatalf("ChildrenW = %v, %v; want [a b]", children, err)
+	}
+	select {
+	case ev := <-created:
+		t.Fatalf("a fired child watch fired again: %+v", ev)
+	default:
+	}
+	// A data change of the node or a child is no change of the children.
+	if _, err := o.Set(dir, []byte("v"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Set(dir+"/a", []byte("v"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Sync(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-deleted:
+		t.Fatalf("a child watch fired on a change of data: %+v", ev)
+	default:
+	}
+	if err := o.Delete(dir+"/a", -1); err != nil {
+		t.Fatal(err)
+	}
+	if ev := awaitEvent(t, deleted, "a child deleted"); ev.Type != gozk.EventNodeChildrenChanged {
+		t.Fatalf("fired %+v, want EventNodeChildrenChanged", ev)
+	}
+	// The node's deletion fires both kinds of watch on it, with one event.
+	if err := o.Delete(dir+"/b", -1); err != nil {
+		t.Fatal(err)
+	}
+	_, _, gone, err := c.ChildrenW(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, dataGone, err := c.GetW(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Delete(dir, -1); err != nil {
+		t.Fatal(err)
+	}
+	for what, ch := range map[string]<-chan gozk.Event{"child": gone, "data": dataGone} {
+		if ev := awaitEvent(t, ch, what+" watch on a deleted node"); ev.Type != gozk.EventNodeDeleted || ev.Path != dir {
+			t.Errorf("the %s watch fired %+v, want EventNodeDeleted on %s", what, ev, dir)
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}

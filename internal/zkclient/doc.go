@@ -38,18 +38,18 @@
 // A Conn is one goroutine per session. It dials a server (the list
 // shuffled, then in turn), opens or resumes the session, reports the grant
 // (OnChange), and opens the connection to requests: credentials first,
-// then SetWatches for the session's data watches (from the last zxid seen,
-// so that the server fires at once those whose node changed meanwhile),
-// then whatever waited for a connection, in one write. It then reads the
-// connection until it fails, pinging the server when nothing was sent for
-// a third of the granted timeout and giving up on a server silent for two
-// thirds, and connects again. A dial and handshake may take the session
-// timeout shared among the servers (at least a second), as in the Java
-// client: on a link slower than two thirds of the timeout, connections
-// keep dropping for silence, but each reconnect resumes the session and
-// what is sent on it is applied. A connection that lasted less than a
-// second is followed by a pause (10 ms, doubling up to a second), and so
-// is a pass over the servers that all failed.
+// then SetWatches for the session's data and child watches (from the last
+// zxid seen, so that the server fires at once those whose node changed
+// meanwhile), then whatever waited for a connection, in one write. It then
+// reads the connection until it fails, pinging the server when nothing was
+// sent for a third of the granted timeout and giving up on a server silent
+// for two thirds, and connects again. A dial and handshake may take the
+// session timeout shared among the servers (at least a second), as in the
+// Java client: on a link slower than two thirds of the timeout,
+// connections keep dropping for silence, but each reconnect resumes the
+// session and what is sent on it is applied. A connection that lasted less
+// than a second is followed by a pause (10 ms, doubling up to a second),
+// and so is a pass over the servers that all failed.
 //
 // A caller's request is encoded on the caller's goroutine and written by
 // it, under a mutex that also hands out the xid and appends the request to
@@ -63,15 +63,17 @@
 // not sent) or by Close (ErrClosing).
 //
 // A data watch (GetW, GetWAll) fires once, on a change of the node's data
-// or its deletion, and outlives a dropped connection. When the session
-// expires or the Conn is closed, the watch gets EventNotWatching instead.
-// After an expiry the Conn opens a new session by itself (StateExpired,
-// then StateConnected with another session id).
+// or its deletion, and outlives a dropped connection; so does a child
+// watch (ChildrenW), on a child created or deleted, or the node's
+// deletion: the backend's semaphore waiters wait with one for any holder
+// to leave. When the session expires or the Conn is closed, the watch gets
+// EventNotWatching instead. After an expiry the Conn opens a new session
+// by itself (StateExpired, then StateConnected with another session id).
 //
 // Bytes from the server are decoded with every length checked against
 // what is left of the packet: a malformed reply or packet ends the
 // connection (ErrProtocol), never the process (FuzzDispatch).
 //
 // Left out, as the backend does not use them: read-only sessions, chroot,
-// SASL, exists and child watches, persistent watches, TTL nodes, reconfig.
+// SASL, exists watches, persistent watches, TTL nodes, reconfig.
 package zkclient

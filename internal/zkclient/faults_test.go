@@ -662,3 +662,47 @@ func TestClosedEarly(t *testing.T) {
 		}
 	}
 }
+
+// TestChildWatchFiresForChangeWhileAway: a child watch is set again on a
+// new connection (SetWatches' third list) and fires for a child created
+// while the connection was down.
+func TestChildWatchFiresForChangeWhileAway(t *testing.T) {
+	f := &faults{}
+	c, ch := connect(t, 8*time.Second, f)
+	o := observer(t)
+	root := tree(t, c, "childaway")
+	_, _, data, err := c.GetW(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, children, err := c.ChildrenW(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := len(ch.list())
+	f.cut(true)
+	ch.await(t, seen, StateDisconnected)
+	if _, err := o.Create(root+"/new", nil, 0, worldACL); err != nil {
+		t.Fatal(err)
+	}
+	f.restore()
+	if ev := awaitEvent(t, children, "a child watch whose node gained a child while away"); ev.Type != gozk.EventNodeChildrenChanged {
+		t.Fatalf("fired %+v, want EventNodeChildrenChanged", ev)
+	}
+	// The data watch on the same node, set again alongside, has not fired:
+	// its node's data did not change.
+	if _, err := c.Sync(root); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-data:
+		t.Fatalf("the data watch fired for a new child: %+v", ev)
+	default:
+	}
+	if _, err := o.Set(root, []byte("v"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if ev := awaitEvent(t, data, "the data watch set again"); ev.Type != gozk.EventNodeDataChanged {
+		t.Fatalf("fired %+v, want EventNodeDataChanged", ev)
+	}
+}

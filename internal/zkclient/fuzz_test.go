@@ -72,6 +72,11 @@ func fuzzSeeds() [][]byte {
 		e.int32(3)
 		e.string("/a")
 	})
+	notify = append(notify, reply(xidNotification, -1, 0, func(e *encoder) {
+		e.int32(evNodeChildrenChanged)
+		e.int32(3)
+		e.string("/c")
+	})...)
 	ping := reply(xidPing, 5, 0, nil)
 	errReply := reply(1, 9, -101, nil)
 	return [][]byte{all, append(append(ping, notify...), errReply...), ping, {0, 0, 0, 1, 9}, {0xff, 0xff, 0xff, 0xff}}
@@ -80,18 +85,22 @@ func fuzzSeeds() [][]byte {
 // FuzzDispatch feeds arbitrary bytes, as if from the server, to a Conn
 // awaiting a reply to each kind of request: no input panics it, every
 // request gets exactly one outcome (the rest failing as a dropped
-// connection fails them), and a watch is set only by a successful read.
+// connection fails them), and a watch, data or child, is set only by a
+// successful read.
 func FuzzDispatch(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		c := &Conn{watches: map[string][]chan gozk.Event{}, log: discard()}
+		c := &Conn{watches: map[string][]chan gozk.Event{}, children: map[string][]chan gozk.Event{}, log: discard()}
 		var rs []*request
 		for i, op := range fuzzOps {
 			r := &request{op: op, xid: int32(i + 1), done: make(chan struct{})}
-			if op == opGetData {
+			switch op {
+			case opGetData:
 				r.watchPath, r.watch = "/a", make(chan gozk.Event, 1)
+			case opGetChildren2:
+				r.watchPath, r.watch = "/c", make(chan gozk.Event, 1)
 			}
 			c.pending.push(r)
 			rs = append(rs, r)
@@ -115,10 +124,11 @@ func FuzzDispatch(f *testing.F) {
 			default:
 				t.Fatalf("request %d (op %d) has no outcome", r.xid, r.op)
 			}
-			if r.op == opGetData {
-				set := len(c.watches["/a"]) > 0 || len(r.watch) > 0
+			if r.watch != nil {
+				ws := map[opcode]map[string][]chan gozk.Event{opGetData: c.watches, opGetChildren2: c.children}[r.op]
+				set := len(ws[r.watchPath]) > 0 || len(r.watch) > 0
 				if set != (r.err == nil) {
-					t.Fatalf("getData's outcome %v, watch set %v", r.err, set)
+					t.Fatalf("op %d's outcome %v, watch set %v", r.op, r.err, set)
 				}
 			}
 		}

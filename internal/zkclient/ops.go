@@ -15,7 +15,7 @@ type request struct {
 	op        opcode
 	xid       int32
 	frame     []byte          // the packet; its xid is set when it is sent
-	watchPath string          // getData with a watch: the watch is set
+	watchPath string          // getData or getChildren with a watch: the watch is set
 	watch     chan gozk.Event // on success, on this channel
 	done      chan struct{}
 
@@ -267,7 +267,7 @@ func (c *Conn) CreateAndList(st Stop, path string, data []byte, flags int32, acl
 	}
 	var lr *request
 	if list != "" {
-		if lr, err = newChildren(list); err != nil {
+		if lr, err = newChildren(list, false); err != nil {
 			return Created{}, Listed{}, err
 		}
 		c.send(cr, lr)
@@ -302,14 +302,19 @@ func (c *Conn) CreateAndList(st Stop, path string, data []byte, flags int32, acl
 	return out, Listed{Children: lr.children}, nil
 }
 
-func newChildren(path string) (*request, error) {
+// newChildren makes a listing of path's children, with a child watch if
+// watch.
+func newChildren(path string, watch bool) (*request, error) {
 	if err := checkPath(path, false); err != nil {
 		return nil, err
 	}
 	r, e := begin(opGetChildren2)
 	e.string(path)
-	e.bool(false)
+	e.bool(watch)
 	r.end(e)
+	if watch {
+		r.watchPath, r.watch = path, make(chan gozk.Event, 1)
+	}
 	return r, nil
 }
 
@@ -320,18 +325,39 @@ func (c *Conn) Children(path string) ([]string, *gozk.Stat, error) {
 
 // ChildrenStop is Children, stopped by st.
 func (c *Conn) ChildrenStop(st Stop, path string) ([]string, *gozk.Stat, error) {
-	r, err := newChildren(path)
+	children, stat, _, err := c.list(st, path, false)
+	return children, stat, err
+}
+
+// ChildrenW lists the children of path and sets a child watch on it: the
+// channel gets one event, when a child of path is created or deleted
+// (EventNodeChildrenChanged) or path itself is deleted (EventNodeDeleted),
+// or EventNotWatching when the session ends. A node that does not exist
+// fails with ErrNoNode, and no watch is set. Like data watches, child
+// watches outlive a dropped connection (see GetW).
+func (c *Conn) ChildrenW(path string) ([]string, *gozk.Stat, <-chan gozk.Event, error) {
+	return c.ChildrenWStop(Stop{}, path)
+}
+
+// ChildrenWStop is ChildrenW, stopped by st. A watch whose request was
+// stopped is still set once its reply comes.
+func (c *Conn) ChildrenWStop(st Stop, path string) ([]string, *gozk.Stat, <-chan gozk.Event, error) {
+	return c.list(st, path, true)
+}
+
+func (c *Conn) list(st Stop, path string, watch bool) ([]string, *gozk.Stat, <-chan gozk.Event, error) {
+	r, err := newChildren(path, watch)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	c.send(r)
 	if !r.wait(st) {
-		return nil, nil, ErrStopped
+		return nil, nil, nil, ErrStopped
 	}
 	if r.err != nil {
-		return nil, nil, r.err
+		return nil, nil, nil, r.err
 	}
-	return r.children, &r.stat, nil
+	return r.children, &r.stat, r.watch, nil
 }
 
 // pathRequest makes a request whose body is a path and what tail adds

@@ -48,10 +48,11 @@ const (
 
 // Watch event types (Watcher.Event.EventType) the server sends.
 const (
-	evNone            int32 = -1
-	evNodeCreated     int32 = 1
-	evNodeDeleted     int32 = 2
-	evNodeDataChanged int32 = 3
+	evNone                int32 = -1
+	evNodeCreated         int32 = 1
+	evNodeDeleted         int32 = 2
+	evNodeDataChanged     int32 = 3
+	evNodeChildrenChanged int32 = 4
 )
 
 // The sizes this client accepts and sends.
