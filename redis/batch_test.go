@@ -31,10 +31,11 @@ func (c *countingConn) EvalMany(ctx context.Context, s *redisconn.Script, calls 
 }
 
 // TestRefreshBatch checks the batched refresh the watchdog uses, on both
-// client libraries and on a Cluster: every lock still ours is extended, a
-// lock that is not ours any more is reported as such without touching it,
-// and 250 locks cost a few script calls (100 locks each on one server, one
-// call per hash slot on a Cluster), not 250.
+// client libraries and on a Cluster, over exclusive, shared and permit
+// holds mixed: every lock still ours is extended, and no other holder of
+// its key; a lock that is not ours any more is reported as such without
+// touching it; and 250 locks cost a few script calls (100 locks each on
+// one server, one call per hash slot on a Cluster), not 250.
 func TestRefreshBatch(t *testing.T) {
 	u, err := url.Parse(testenv.Get(t, testenv.RedisURL))
 	if err != nil {
@@ -73,17 +74,36 @@ func TestRefreshBatch(t *testing.T) {
 			var locks []backend.Held
 			var ttls []time.Duration
 			for i := range n {
-				acq, err := d.TryAcquire(ctx, backend.Request{Key: fmt.Sprintf("%s/%d", base, i), Token: fmt.Sprint("t", i), TTL: time.Second})
+				// Every third lock shared, every third a permit of 2.
+				req := backend.Request{Key: fmt.Sprintf("%s/%d", base, i), Token: fmt.Sprint("t", i), TTL: time.Second}
+				switch i % 3 {
+				case 1:
+					req.Kind = backend.Shared
+				case 2:
+					req.Kind, req.Limit, req.Weight = backend.Permit, 2, 1
+				}
+				acq, err := d.TryAcquire(ctx, req)
 				if err != nil {
 					t.Fatal(err)
 				}
 				locks = append(locks, acq.Held)
 				ttls = append(ttls, time.Minute)
 			}
-			// Lock 7 changes hands behind its holder's back.
+			// Lock 7, a shared hold, changes hands behind its holder's
+			// back. Locks 4 (shared) and 5 (a permit) have another holder
+			// each, whose TTL of a second the batch must leave alone.
 			stolen := fmt.Sprintf("%s/7", base)
 			if err := tc.raw.Set(ctx, lockKey(stolen), "thief", time.Minute).Err(); err != nil {
 				t.Fatal(err)
+			}
+			for i, req := range map[int]backend.Request{
+				4: {Kind: backend.Shared},
+				5: {Kind: backend.Permit, Limit: 2, Weight: 1},
+			} {
+				req.Key, req.Token, req.TTL = fmt.Sprintf("%s/%d", base, i), "other", time.Second
+				if _, err := d.TryAcquire(ctx, req); err != nil {
+					t.Fatal(err)
+				}
 			}
 			maxCalls := tc.maxCalls
 			if maxCalls == 0 {
@@ -118,6 +138,13 @@ func TestRefreshBatch(t *testing.T) {
 			}
 			if ttl, _ := tc.raw.PTTL(ctx, lockKey(stolen)).Result(); ttl > time.Minute {
 				t.Errorf("the batch extended a lock that is not ours: %v", ttl)
+			}
+			for _, i := range []int{4, 5} {
+				other := &held{d: d, key: fmt.Sprintf("%s/%d", base, i), lkey: lockKey(fmt.Sprintf("%s/%d", base, i)),
+					token: "other", kind: locks[i].(*held).kind}
+				if ttl, err := other.TTL(ctx); err == nil && ttl > time.Second {
+					t.Errorf("lock %d's other holder after the batch: TTL %v, want its own second at most", i, ttl)
+				}
 			}
 			for _, l := range locks {
 				l.Release(ctx)

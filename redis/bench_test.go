@@ -198,6 +198,47 @@ func BenchmarkTurns(b *testing.B) {
 	)
 }
 
+// BenchmarkExclusiveHash measures what an exclusive hold would cost if it
+// were kept in the hash of holders that shared and permit holds use (a
+// semaphore of one permit), against the SET NX PX path the mutex keeps,
+// taking turns one operation at a time (benchkit.Interleave):
+//
+//   - "raw": the raw pair, SET NX PX, then EVALSHA of compare-and-delete;
+//   - "setnx": the mutex's commands, SET NX PX, then release.lua;
+//   - "hash": hold.lua for a permit of 1, without a fence, then
+//     hold_release.lua;
+//   - "scripts": the mutex's commands once fences are asked for,
+//     acquire.lua (SET NX PX and the fence's mint), then release.lua;
+//   - "hash-fenced": hold.lua with the fence minted, then
+//     hold_release.lua.
+//
+// Read "hash/setnx" and "hash-fenced/scripts".
+func BenchmarkExclusiveHash(b *testing.B) {
+	url := testenv.Get(b, testenv.RedisURL)
+	c := goredis.NewClient(&goredis.Options{Addr: hostOf(b, url)})
+	defer c.Close()
+	sha, err := c.ScriptLoad(context.Background(), rawRelease).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int
+	raw := func(ctx context.Context) error {
+		n++
+		token := fmt.Sprint(n)
+		if err := c.SetNX(ctx, "bench-hash-raw", token, 30*time.Second).Err(); err != nil {
+			return err
+		}
+		return c.EvalSha(ctx, sha, []string{"bench-hash-raw"}, token).Err()
+	}
+	benchkit.Interleave(b,
+		benchkit.Design{Name: "raw", Op: raw},
+		benchkit.Design{Name: "setnx", Op: redis.SetNXOp(c, "bench-hash-setnx")},
+		benchkit.Design{Name: "hash", Op: redis.HoldOp(c, "bench-hash-hash", false)},
+		benchkit.Design{Name: "scripts", Op: redis.ScriptsOp(c, "bench-hash-scripts")},
+		benchkit.Design{Name: "hash-fenced", Op: redis.HoldOp(c, "bench-hash-fenced", true)},
+	)
+}
+
 // BenchmarkClients compares many clients at once, each with a connection
 // pool (and a Locker) of its own and a key of its own, taking turns by
 // rounds (benchkit.InterleaveClients): the raw pair; the Locker's

@@ -61,6 +61,10 @@ func (d *driver) Capabilities() backend.Capabilities {
 		Name:          "redis",
 		Fencing:       true,
 		WakeOnRelease: true,
+		// Shared and permit holds live in a hash of holders per key; see
+		// the package doc.
+		Shared:  true,
+		Permits: true,
 		// Redis keeps TTLs in milliseconds and expires keys lazily on access
 		// and in a background sweep; an access (every acquire attempt
 		// touches the key) expires it at once.
@@ -81,24 +85,50 @@ func (d *driver) Close() error {
 	return d.c.Close()
 }
 
-// TryAcquire takes the key with SET NX PX (redisconn.Take), minting no
-// fence (it is minted when asked for, MintFence), or, once a lock of this
-// Locker was asked for its fence, with the acquire script, which mints it.
+// TryAcquire takes the key for an exclusive hold with SET NX PX
+// (redisconn.Take), minting no fence (it is minted when asked for,
+// MintFence), or, once a lock of this Locker was asked for its fence, with
+// the acquire script, which mints it. A shared or permit hold is taken by
+// redisconn.Hold, which mints its fence with it.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	if req.Kind != backend.Exclusive {
+		return d.acquireHold(ctx, req)
+	}
 	if d.wantFence.Load() {
 		return d.acquireFenced(ctx, req)
 	}
 	start := time.Now()
 	key := lockKey(req.Key)
-	n, err := redisconn.Take(ctx, d.c, key, req.Token, req.TTL)
+	g, err := redisconn.Take(ctx, d.c, key, req.Token, req.TTL)
 	switch {
 	case err != nil:
 		return backend.Acquisition{}, d.abandon(req, err) // it may be ours
-	case n < 1:
+	case g.Mismatch != nil:
+		return backend.Acquisition{}, g.Mismatch
+	case !g.Taken:
 		// Taken by another: its remaining TTL times the wait (0: unknown).
-		return backend.Acquisition{}, &backend.Busy{Remaining: time.Duration(-n) * time.Millisecond}
+		return backend.Acquisition{}, &backend.Busy{Remaining: g.Remaining}
 	}
 	return backend.Acquisition{Held: &held{d: d, key: req.Key, lkey: key, token: req.Token}, Start: start}, nil
+}
+
+// acquireHold takes a shared or permit hold, and its fence, in one script
+// call.
+func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
+	start := time.Now()
+	key := lockKey(req.Key)
+	g, err := redisconn.Hold(ctx, d.c, redisconn.HoldRequest{Key: key, Token: req.Token, TTL: req.TTL,
+		Claim: backend.ClaimOf(req), FenceKey: fenceKey(req.Key), FenceLife: fenceLifetime})
+	switch {
+	case err != nil:
+		return backend.Acquisition{}, d.abandon(req, err)
+	case g.Mismatch != nil:
+		return backend.Acquisition{}, g.Mismatch
+	case !g.Taken:
+		return backend.Acquisition{}, &backend.Busy{Remaining: g.Remaining}
+	}
+	h := &held{d: d, key: req.Key, lkey: key, token: req.Token, kind: req.Kind, fence: g.Fence}
+	return backend.Acquisition{Held: h, Fence: g.Fence, Fenced: true, Start: start}, nil
 }
 
 // acquireFenced takes the key and mints its fence in one script call.
@@ -109,6 +139,11 @@ func (d *driver) acquireFenced(ctx context.Context, req backend.Request) (backen
 		req.Token, redisconn.Millis(req.TTL), fenceLifetimeArg)
 	if err != nil {
 		return backend.Acquisition{}, d.abandon(req, err)
+	}
+	a, _ := v.([]any)
+	if len(a) == 2 && a[0] == int64(-1) {
+		// A semaphore's key: nothing was taken.
+		return backend.Acquisition{}, redisconn.MismatchOf(a[1], backend.ClaimOf(req))
 	}
 	ok, n, err := redisconn.AsPair(v)
 	if err != nil {
@@ -141,7 +176,7 @@ func (d *driver) abandon(req backend.Request, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if _, cerr := d.c.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(req.Key)},
+	if _, cerr := d.c.Eval(ctx, redisconn.ScriptsOf(req.Kind).Release, []string{lockKey(req.Key)},
 		req.Token, channelOf(lockKey(req.Key))); cerr != nil {
 		return fmt.Errorf("%w (and the cleanup of a possibly taken lock failed, so it may block others for up to %v: %v)", err, req.TTL, cerr)
 	}
@@ -153,13 +188,20 @@ type held struct {
 	key   string // the lock's name
 	lkey  string // its key on the server, lockKey(key)
 	token string
+	kind  backend.Kind
+	fence uint64 // a shared or permit hold's, minted with it
 }
 
-// MintFence implements backend.FenceMinter: the fence of a lock taken
-// without one, minted by the acquire script while the lock is ours. From
-// now on this Locker's acquisitions mint their fence as they take the
-// lock: a program that asks for one fence asks for them all.
+// MintFence implements backend.FenceMinter: the fence of an exclusive lock
+// taken without one, minted by the acquire script while the lock is ours.
+// From now on this Locker's acquisitions mint their fence as they take
+// the lock: a program that asks for one fence asks for them all. A shared
+// or permit hold has its fence from its grant, and package locker does
+// not ask for it here.
 func (h *held) MintFence(ctx context.Context) (uint64, error) {
+	if h.kind != backend.Exclusive {
+		return h.fence, nil
+	}
 	h.d.wantFence.Store(true)
 	v, err := h.d.c.Eval(ctx, acquireScript, []string{h.lkey, fenceKey(h.key)}, h.token, "", fenceLifetimeArg)
 	if err != nil {
@@ -176,7 +218,7 @@ func (h *held) MintFence(ctx context.Context) (uint64, error) {
 }
 
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
-	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.RefreshScript, []string{h.lkey}, h.token, redisconn.Millis(ttl))
+	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.ScriptsOf(h.kind).Refresh, []string{h.lkey}, h.token, redisconn.Millis(ttl))
 	if err == nil && n != 1 {
 		err = backend.ErrNotHeld
 	}
@@ -184,7 +226,7 @@ func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (h *held) TTL(ctx context.Context) (time.Duration, error) {
-	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.PTTLScript, []string{h.lkey}, h.token)
+	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.ScriptsOf(h.kind).PTTL, []string{h.lkey}, h.token)
 	if err != nil {
 		return 0, err
 	}
@@ -195,7 +237,7 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (h *held) Release(ctx context.Context) error {
-	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.ReleaseScript, []string{h.lkey}, h.token, channelOf(h.lkey))
+	n, err := redisconn.EvalInt(ctx, h.d.c, redisconn.ScriptsOf(h.kind).Release, []string{h.lkey}, h.token, channelOf(h.lkey))
 	if err == nil && n != 1 {
 		err = backend.ErrNotHeld
 	}
@@ -204,13 +246,13 @@ func (h *held) Release(ctx context.Context) error {
 
 // RefreshBatch extends many locks in one pipeline of script calls, each
 // extending up to redisconn.MaxRefreshKeys of them (those in one hash slot
-// on a Cluster): the watchdog calls it with every lock of a Locker that is
-// due at about the same time.
+// on a Cluster), of any kinds: the watchdog calls it with every lock of a
+// Locker that is due at about the same time.
 func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []time.Duration) []error {
 	rs := make([]redisconn.Refresh, len(locks))
 	for i, l := range locks {
 		h := l.(*held)
-		rs[i] = redisconn.Refresh{Key: h.lkey, Token: h.token, TTL: ttls[i]}
+		rs[i] = redisconn.Refresh{Key: h.lkey, Token: h.token, TTL: ttls[i], Kind: h.kind}
 	}
 	errs := make([]error, len(locks))
 	for i, r := range redisconn.RefreshMany(ctx, d.c, rs) {

@@ -60,3 +60,37 @@ func TryAcquireToken(c *goredis.Client, k, token string, ttl time.Duration) (bac
 	acq, err := d.TryAcquire(context.Background(), backend.Request{Key: k, Token: token, TTL: ttl})
 	return acq.Held, err
 }
+
+// TryAcquireRequest makes one attempt of req through a driver on c, as a
+// retry of an acquisition with req's token would.
+func TryAcquireRequest(c *goredis.Client, req backend.Request) (backend.Acquisition, error) {
+	d := newDriver(redisconn.NewGoRedis(c, false), slog.New(slog.DiscardHandler))
+	defer d.notify.Close()
+	return d.TryAcquire(context.Background(), req)
+}
+
+// HoldOp is an exclusive hold through the scripts of shared and permit
+// holds, without the Locker: hold.lua for a permit of a semaphore of 1
+// (the mutex as a semaphore), minting a fence when fenced, then
+// hold_release.lua, on key through c, for BenchmarkExclusiveHash.
+func HoldOp(c *goredis.Client, key string, fenced bool) func(context.Context) error {
+	conn := redisconn.NewGoRedis(c, false)
+	req := redisconn.HoldRequest{Key: lockKey(key), TTL: 30 * time.Second, Claim: backend.Claim{Kind: backend.Permit, Limit: 1, Weight: 1}}
+	if fenced {
+		req.FenceKey, req.FenceLife = fenceKey(key), fenceLifetime
+	}
+	var n int
+	return func(ctx context.Context) error {
+		n++
+		req.Token = fmt.Sprint("hold-", n)
+		g, err := redisconn.Hold(ctx, conn, req)
+		if err != nil {
+			return err
+		}
+		if !g.Taken {
+			return fmt.Errorf("hold: key %s busy: %+v", key, g)
+		}
+		_, err = conn.Eval(ctx, redisconn.HoldReleaseScript, []string{lockKey(key)}, req.Token, channelOf(lockKey(key)))
+		return err
+	}
+}

@@ -1,7 +1,9 @@
 package redis
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strconv"
 
 	"github.com/distlock/locker/backend"
@@ -20,15 +22,24 @@ var _ backend.Inspector = (*driver)(nil)
 // are not counted: they wait for release notices, and nothing on the
 // server lists them.
 //
+// A key of shared or permit holds lists every holder in Holds, with its
+// kind, token, weight (a permit's), fence and remaining TTL, in grant
+// order (by fence, minted with each grant); the Holder's own fields
+// describe the first. An exclusive holder is the one entry of Holds.
+//
 // Detail: "key" and "fence key", the server keys; "last fence", the
-// counter's, when it is not the holder's (a free key, or a holder that has
-// not minted one).
+// counter's, when it is not the holder's (a free key, a holder that has
+// not minted one, or a key of shared or permit holds, where it is the
+// latest grant's).
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
 	st, err := redisconn.InspectKey(ctx, d.c, lockKey(key), fenceKey(key))
 	if err != nil {
 		return backend.Holder{}, err
 	}
 	h := backend.Holder{Detail: map[string]string{"key": lockKey(key), "fence key": fenceKey(key)}}
+	if st.Kind != backend.Exclusive {
+		return holdsOf(h, st), nil
+	}
 	// A counter that names no token predates minting on demand: it was
 	// minted with the acquisition, the holder's.
 	holders := st.Token != "" && st.Fenced && (st.Minter == st.Token || st.Minter == "")
@@ -43,11 +54,35 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 		h.Fence, h.Fenced = st.Fence, true
 	}
 	h.TTL, h.TTLKnown = st.TTL, st.TTLKnown
+	h.Holds = []backend.Hold{{Kind: backend.Exclusive, Token: h.Token, Fence: h.Fence, Fenced: h.Fenced, TTL: h.TTL, TTLKnown: h.TTLKnown}}
 	return h, nil
 }
 
+// holdsOf fills in h from st, a key of shared or permit holds.
+func holdsOf(h backend.Holder, st redisconn.KeyState) backend.Holder {
+	if st.Fenced {
+		h.Detail["last fence"] = strconv.FormatUint(st.Fence, 10)
+	}
+	if len(st.Holds) == 0 {
+		return h
+	}
+	hs := slices.SortedFunc(slices.Values(st.Holds), func(a, b redisconn.HoldState) int { return cmp.Compare(a.Fence, b.Fence) })
+	for _, s := range hs {
+		hold := backend.Hold{Kind: st.Kind, Token: s.Token, Fence: s.Fence, Fenced: s.Fence > 0, TTL: s.TTL, TTLKnown: true}
+		if st.Kind == backend.Permit {
+			hold.Limit, hold.Weight = st.Limit, s.Weight
+		}
+		h.Holds = append(h.Holds, hold)
+	}
+	first := h.Holds[0]
+	h.Held, h.Token = true, first.Token
+	h.Fence, h.Fenced = first.Fence, first.Fenced
+	h.TTL, h.TTLKnown = first.TTL, true
+	return h
+}
+
 // ForceRelease implements backend.Inspector: it deletes the lock key,
-// whoever holds it, and publishes the release notice a release does, so
+// whoever holds it (every shared or permit holder with it), and publishes the release notice a release does, so
 // that waiters try again at once. The holder learns of it at its next
 // refresh, which finds the key gone (or another's) and closes its Lost.
 func (d *driver) ForceRelease(ctx context.Context, key string) (bool, error) {

@@ -1,6 +1,8 @@
 // Package redlock is the lock backend for N independent Redis masters: the
 // Redlock algorithm of the Redis distlock page, complete, with its
-// trade-offs stated here rather than discovered in production.
+// trade-offs stated here rather than discovered in production, and
+// read/write locks and semaphores on the same nodes (# Shared holds and
+// semaphores).
 //
 // # Opening
 //
@@ -40,6 +42,12 @@
 // Cluster hash tag; Redlock's nodes are not a Cluster, and the braces
 // only keep the two layouts alike.) Keys are at most 1024 bytes. To look
 // at a lock by hand on a node: GET and PTTL of redlock:{k:K}.
+//
+// A key of shared holds or of a semaphore's permits is instead a hash at
+// the same name on every node, laid out as the redis backend's (see its
+// package doc): its family ("shared", "permit N") under kind, and each
+// holder under t:TOKEN with its expiry on the node's clock, its weight,
+// and fence 0. HGETALL redlock:{k:K} shows it.
 //
 // # The algorithm
 //
@@ -110,9 +118,10 @@
 // naming it. One goroutine per Locker probes the skipped nodes in the
 // background, first after 100ms, then twice as long each time up to 2s,
 // and a node that answers is used again. When fewer than a majority of
-// nodes are left unskipped, every node is asked, so that skipping never
-// costs a majority that the nodes would have given. Errors name each node
-// that failed or was skipped, with the last failure.
+// nodes are left unskipped (for a semaphore's permit, fewer than its
+// quorum: see Shared holds and semaphores), every node is asked, so that
+// skipping never costs a quorum that the nodes would have given. Errors
+// name each node that failed or was skipped, with the last failure.
 //
 // Beneath the skipping, each node's client keeps the state of a node
 // whose dial failed, as in the redis package (# Client libraries' logs):
@@ -135,6 +144,67 @@
 // majority has confirmed (every node where the holder's key was, a
 // majority, publishes the release, so one of ours hears it) it also polls
 // every few retry delays.
+//
+// # Shared holds and semaphores
+//
+// locker.Shared, locker.Limit and locker.Weight work as on the redis
+// backend, whose package doc gives the semantics: every node keeps the
+// holders of a shared or permit key in a hash, with the same scripts
+// (internal/redisconn's hold.lua and the rest), which drop expired
+// holders, check the family and the room, and set the key's TTL to its
+// latest holder's expiry; only the fence counter is left out. A round asks
+// every node at once, as for the mutex, with one token, and the hold is
+// taken when a quorum of nodes granted it with validity left (TTL -
+// elapsed - drift, as above); otherwise it is released on every node that
+// granted it or did not answer. Refresh, TTL and Release count the same
+// quorum. Waiters are woken as for the mutex, and are not queued: a
+// writer may wait for as long as readers overlap (see No queue in the
+// redis package's doc).
+//
+// The quorum depends on the kind. An exclusive hold and a shared one need
+// a majority, N/2+1 nodes: two holds that conflict (a writer and anyone
+// else) are never both granted by one node, and two majorities share a
+// node, so a majority keeps them apart exactly as it keeps two mutex
+// holders apart; readers do not conflict, and every node admits them all.
+// A semaphore of k permits needs more. Each node admits at most k permits,
+// so k + 1 holders on q nodes each need (k + 1) q permits of the k N that
+// the nodes have; with a majority they fit whenever (k + 1) q <= k N. With
+// k = 2 and N = 5, three holders on three nodes each take 9 of the 10
+// permits, for instance on nodes {0,1,2}, {2,3,4} and {0,1,3}, where no
+// node has more than two: three clients, each of which reaches only its
+// three nodes, would all hold one of the 2 permits. A permit hold
+// therefore needs
+//
+//	Q = floor(k N / (k + 1)) + 1
+//
+// nodes, the least q with (k + 1) q > k N: holders of more than k permits
+// in all would need more permits than the nodes have (with weights alike:
+// holds of total weight w need w q permits). For k = 1, Q is the majority.
+// TestPermitQuorum shows both: with 5 nodes and 2 permits, the three
+// clients above are each refused (4 nodes needed), and with four nodes
+// each, two are admitted and the third is refused.
+//
+//	permits k   Q, N = 3   Q, N = 5   Q, N = 7
+//	1               2          3          4
+//	2               3          4          5
+//	3               3          4          6
+//	4 or 5          3          5          6
+//	6 or more       3          5          7
+//
+// The price is availability. A permit hold is taken, refreshed and kept
+// only while Q nodes answer, so N - Q nodes may be down, where the mutex
+// and read/write locks tolerate N - (N/2+1). With 5 nodes: two down for
+// the mutex, read/write locks and k = 1; one for k = 2 (Q = 4) or 3; none
+// for k >= 4, where every node must answer. A semaphore of many permits on
+// Redlock stops when one node does.
+//
+// A request is refused as a mismatch (locker.ErrKindMismatch) when a
+// majority of nodes answer that the key's holders are of another family:
+// a hold is on a majority at least, so then they are. A copy of another
+// family on a minority of nodes (left by a release that did not reach
+// them) does not stop the request on the others, and is not touched; it
+// expires with its TTL. There are no fences, for shared holds and permits
+// as for the mutex (below).
 //
 // # No fencing tokens
 //

@@ -91,6 +91,11 @@ func (d *driver) Capabilities() backend.Capabilities {
 		// see the package doc.
 		Fencing:       false,
 		WakeOnRelease: true,
+		// Every node keeps a hash of holders per key, as one Redis
+		// server does; a semaphore of k permits needs more nodes than a
+		// majority (quorumOf).
+		Shared:  true,
+		Permits: true,
 		// Below this the drift allowance and a loopback round trip leave
 		// no validity to speak of.
 		MinTTL: 10 * time.Millisecond,
@@ -127,20 +132,16 @@ type outcome struct {
 	err error
 }
 
-// fanOut runs script on every node at once, each bounded by the per-node
-// timeout (and by ctx), and returns every node's outcome. It returns when
-// all nodes have answered or the per-node timeout has passed, whichever
-// is first: a node that does not answer in time counts as failed even if
-// its client, built without ContextTimeoutEnabled, goes on waiting.
-func (d *driver) fanOut(ctx context.Context, s *redisconn.Script, key string, args ...any) []outcome {
-	return d.each(ctx, func(ctx context.Context, n *node) (int64, error) {
-		return redisconn.EvalInt(ctx, n.c, s, []string{lockKey(key)}, args...)
+// fanOut runs script on every node at once, for a request that needs q
+// of them (onQuorum), each bounded by the per-node timeout (and by ctx),
+// and returns every node's outcome. It returns when all nodes have
+// answered or the per-node timeout has passed, whichever is first: a node
+// that does not answer in time counts as failed even if its client, built
+// without ContextTimeoutEnabled, goes on waiting.
+func (d *driver) fanOut(ctx context.Context, q int, s *redisconn.Script, key string, args ...any) []outcome {
+	vals, errs := onQuorum(ctx, d, q, func(ctx context.Context, i int) (int64, error) {
+		return redisconn.EvalInt(ctx, d.nodes[i].c, s, []string{lockKey(key)}, args...)
 	})
-}
-
-// each runs op on every node at once; see fanOut.
-func (d *driver) each(ctx context.Context, op func(ctx context.Context, n *node) (int64, error)) []outcome {
-	vals, errs := onEvery(ctx, d, func(ctx context.Context, i int) (int64, error) { return op(ctx, d.nodes[i]) })
 	out := make([]outcome, len(d.nodes))
 	for i := range out {
 		out[i] = outcome{vals[i], errs[i]}
@@ -159,6 +160,13 @@ func (d *driver) each(ctx context.Context, op func(ctx context.Context, n *node)
 // the nodes would have given. Every node's outcome goes on its record of
 // failures.
 func onEvery[T any](ctx context.Context, d *driver, op func(ctx context.Context, i int) (T, error)) ([]T, []error) {
+	return onQuorum(ctx, d, d.quorum, op)
+}
+
+// onQuorum is onEvery for a request that needs q nodes rather than a
+// majority (a semaphore's hold): skipped nodes are asked too when fewer
+// than q are left.
+func onQuorum[T any](ctx context.Context, d *driver, q int, op func(ctx context.Context, i int) (T, error)) ([]T, []error) {
 	t := tally[T]{vals: make([]T, len(d.nodes)), errs: make([]error, len(d.nodes)), answered: make([]bool, len(d.nodes))}
 	asked := 0
 	for i, n := range d.nodes {
@@ -168,7 +176,7 @@ func onEvery[T any](ctx context.Context, d *driver, op func(ctx context.Context,
 		}
 		asked++
 	}
-	if asked < d.quorum {
+	if asked < q {
 		clear(t.errs)
 		clear(t.answered)
 		asked = len(d.nodes)
@@ -267,8 +275,9 @@ func (d *driver) nodeErrors(out []outcome) string {
 
 // TryAcquire is one round of the Redlock algorithm: SET NX PX with one
 // token on all nodes at once (redisconn.Take: its script on a node that refused:
-// a late copy of our own SET there counts as ours); the lock is ours when
-// a majority accepted
+// a late copy of our own SET there counts as ours), or for a shared or
+// permit hold the hold script (redisconn.Hold); the lock is ours when
+// a quorum (quorumOf: a majority, or more for a semaphore) accepted
 // and validity (TTL - elapsed - drift) is left. Otherwise it is released
 // on every node that did not clearly refuse.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
@@ -276,10 +285,28 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	return acq, err
 }
 
-// take is one node's part of a round: 1 when the key is ours there, else
-// minus the holder's remaining ms (0 when unknown).
-func take(ctx context.Context, n *node, req backend.Request) (int64, error) {
-	return redisconn.Take(ctx, n.c, lockKey(req.Key), req.Token, req.TTL)
+// quorumOf is how many of the nodes must grant a hold of kind k (with a
+// Permit's limit) for it to be held. Exclusive and shared holds conflict
+// pairwise, and two majorities share a node, which admits only one of
+// two conflicting holds: a majority keeps them apart. A semaphore of
+// limit permits needs more: k + 1 holders fit, each on q of n nodes,
+// whenever (k + 1) * q <= k * n, since each node admits k; so q is the
+// least number above k * n / (k + 1). A limit of 1 gives the majority.
+// See the package doc, # Shared holds and semaphores.
+func quorumOf(k backend.Kind, limit, n int) int {
+	if k != backend.Permit {
+		return n/2 + 1
+	}
+	return int(int64(limit)*int64(n)/(int64(limit)+1)) + 1
+}
+
+// take is one node's part of a round: Take for an exclusive hold, Hold
+// for a shared or permit hold.
+func take(ctx context.Context, n *node, req backend.Request) (redisconn.Grant, error) {
+	if req.Kind == backend.Exclusive {
+		return redisconn.Take(ctx, n.c, lockKey(req.Key), req.Token, req.TTL)
+	}
+	return redisconn.Hold(ctx, n.c, redisconn.HoldRequest{Key: lockKey(req.Key), Token: req.Token, TTL: req.TTL, Claim: backend.ClaimOf(req)})
 }
 
 // gatedRound is a waiter's round. A release notice wakes every waiter at
@@ -299,11 +326,11 @@ func (d *driver) gatedRound(ctx context.Context, req backend.Request) (backend.A
 			return backend.Acquisition{}, false, backend.ErrClosed
 		}
 		gctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
-		v, err := take(gctx, n, req)
+		g, err := take(gctx, n, req)
 		cancel()
 		d.wg.Done()
-		if err == nil && v < 1 {
-			return backend.Acquisition{}, false, &backend.Busy{Remaining: time.Duration(-v) * time.Millisecond}
+		if err == nil && !g.Taken && g.Mismatch == nil {
+			return backend.Acquisition{}, false, &backend.Busy{Remaining: g.Remaining}
 		}
 		break
 	}
@@ -313,80 +340,119 @@ func (d *driver) gatedRound(ctx context.Context, req backend.Request) (backend.A
 // round is TryAcquire, also reporting a split vote: no node answered with
 // a holder that has a majority.
 func (d *driver) round(ctx context.Context, req backend.Request) (_ backend.Acquisition, split bool, _ error) {
+	q := quorumOf(req.Kind, req.Limit, len(d.nodes))
 	start := d.now()
-	out := d.each(ctx, func(ctx context.Context, n *node) (int64, error) { return take(ctx, n, req) })
+	grants, errs := onQuorum(ctx, d, q, func(ctx context.Context, i int) (redisconn.Grant, error) { return take(ctx, d.nodes[i], req) })
 	elapsed := d.now().Sub(start)
 	validity := req.TTL - elapsed - d.Drift(req.TTL)
 
-	acquired, refused, failed := 0, 0, 0
-	for _, o := range out {
-		switch {
-		case o.err != nil:
-			failed++
-		case o.n == 1:
-			acquired++
-		default:
-			refused++
-		}
-	}
-	if acquired >= d.quorum && validity > 0 {
-		h := &held{d: d, key: req.Key, token: req.Token}
+	v := countVotes(grants, errs)
+	if v.acquired >= q && validity > 0 {
+		h := &held{d: d, key: req.Key, token: req.Token, kind: req.Kind, quorum: q}
 		return backend.Acquisition{Held: h, Start: start, Validity: validity}, false, nil
 	}
 	// Failed: undo on every node that may have taken it, those that timed
 	// out included (their SET may have landed). A node that answered with
-	// another holder's TTL certainly did not.
-	if acquired > 0 || failed > 0 {
-		d.releaseWhere(req, out, func(o outcome) bool { return o.err != nil || o.n == 1 })
+	// another holder's TTL, or with another family, certainly did not.
+	out := outcomes(errs)
+	if v.acquired > 0 || v.failed > 0 {
+		d.releaseWhere(req, func(i int) bool { return errs[i] != nil || grants[i].Taken })
 	}
 	if err := ctx.Err(); err != nil {
 		return backend.Acquisition{}, false, err
 	}
-	switch {
-	case acquired+refused < d.quorum:
-		return backend.Acquisition{}, false, &noQuorumError{fmt.Sprintf("redlock: only %d of %d nodes answered, %d needed for a majority (%s)",
-			acquired+refused, len(d.nodes), d.quorum, d.nodeErrors(out))}
-	case acquired >= d.quorum:
-		// A majority, but no validity left: the TTL is too short for the
+	switch answered := v.acquired + v.refused + v.mismatched; {
+	case v.mismatched >= d.quorum:
+		// A majority of nodes have holders of another family: so do the
+		// key's holders, since a hold is on a majority at least.
+		return backend.Acquisition{}, false, v.mismatch
+	case answered < q:
+		return backend.Acquisition{}, false, &noQuorumError{fmt.Sprintf("redlock: only %d of %d nodes answered, %d needed for %s (%s)",
+			answered, len(d.nodes), q, quorumName(req), d.nodeErrors(out))}
+	case v.acquired >= q:
+		// A quorum, but no validity left: the TTL is too short for the
 		// time the round took. Another round may be quicker.
 		return backend.Acquisition{}, true, &backend.Busy{Remaining: d.retryDelay(), Reason: fmt.Sprintf(
-			"a majority accepted, but the round took %v of the %v TTL, leaving no validity after the drift allowance of %v%s",
-			elapsed.Round(time.Microsecond), req.TTL, d.Drift(req.TTL), d.failedNodes(out))}
-	case refused >= d.quorum:
-		return backend.Acquisition{}, false, &backend.Busy{Remaining: holderTTL(out)}
+			"%d nodes accepted, but the round took %v of the %v TTL, leaving no validity after the drift allowance of %v%s",
+			v.acquired, elapsed.Round(time.Microsecond), req.TTL, d.Drift(req.TTL), d.failedNodes(out))}
+	case v.refused >= d.quorum:
+		return backend.Acquisition{}, false, &backend.Busy{Remaining: holderTTL(grants, errs)}
 	}
 	// A split vote: no client holds a majority. Retry after a random
 	// delay, so that the contenders fall out of step.
 	return backend.Acquisition{}, true, &backend.Busy{
 		Remaining: d.retryDelay(),
-		Reason:    fmt.Sprintf("split vote: %d of %d nodes accepted, %d refused", acquired, len(d.nodes), refused),
+		Reason:    fmt.Sprintf("split vote: %d of %d nodes accepted, %d refused, %d needed", v.acquired, len(d.nodes), v.refused+v.mismatched, q),
 	}
+}
+
+// quorumName says what the quorum of req is, for an error message.
+func quorumName(req backend.Request) string {
+	if req.Kind == backend.Permit && req.Limit > 1 {
+		return fmt.Sprintf("a semaphore of %d permits", req.Limit)
+	}
+	return "a majority"
+}
+
+// votes counts the nodes' answers to a round.
+type votes struct {
+	acquired, refused, mismatched, failed int
+	mismatch                              *backend.Mismatch // one of the mismatches
+}
+
+// countVotes counts the answers of a round, by node.
+func countVotes(grants []redisconn.Grant, errs []error) votes {
+	var v votes
+	for i, g := range grants {
+		switch {
+		case errs[i] != nil:
+			v.failed++
+		case g.Taken:
+			v.acquired++
+		case g.Mismatch != nil:
+			v.mismatched++
+			v.mismatch = g.Mismatch
+		default:
+			v.refused++
+		}
+	}
+	return v
+}
+
+// outcomes are the nodes' errors as outcomes, for nodeErrors.
+func outcomes(errs []error) []outcome {
+	out := make([]outcome, len(errs))
+	for i, err := range errs {
+		out[i].err = err
+	}
+	return out
 }
 
 // holderTTL is the holder's remaining TTL as the nodes that refused the
 // round told it, so that a waiter tries again when a holder that died
 // without releasing expires: the smallest, or 0 when no node told.
-func holderTTL(out []outcome) time.Duration {
+func holderTTL(grants []redisconn.Grant, errs []error) time.Duration {
 	remaining := time.Duration(0)
-	for _, o := range out {
-		if o.err != nil || o.n >= 0 {
+	for i, g := range grants {
+		if errs[i] != nil || g.Taken || g.Remaining <= 0 {
 			continue // accepted, failed, or a key without a TTL
 		}
-		if l := time.Duration(-o.n) * time.Millisecond; remaining == 0 || l < remaining {
-			remaining = l
+		if remaining == 0 || g.Remaining < remaining {
+			remaining = g.Remaining
 		}
 	}
 	return remaining
 }
 
-// releaseWhere runs the compare-and-delete on the nodes whose outcome
-// matches, after the caller's context may have ended.
-func (d *driver) releaseWhere(req backend.Request, out []outcome, match func(outcome) bool) {
+// releaseWhere runs the compare-and-delete of req's kind on the nodes (by
+// index) that match, after the caller's context may have ended.
+func (d *driver) releaseWhere(req backend.Request, match func(i int) bool) {
+	release := redisconn.ScriptsOf(req.Kind).Release
 	onEvery(context.Background(), d, func(ctx context.Context, i int) (any, error) {
-		if !match(out[i]) {
+		if !match(i) {
 			return nil, errNotAsked
 		}
-		return d.nodes[i].c.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(req.Key)}, req.Token, channelOf(req.Key))
+		return d.nodes[i].c.Eval(ctx, release, []string{lockKey(req.Key)}, req.Token, channelOf(req.Key))
 	})
 }
 
@@ -600,23 +666,33 @@ func (w *watch) stop() {
 }
 
 type held struct {
-	d     *driver
-	key   string
-	token string
+	d      *driver
+	key    string
+	token  string
+	kind   backend.Kind
+	quorum int // quorumOf the hold: how many nodes must hold it
 }
 
-// Refresh extends the lock on every node; it counts only if a majority
+// Refresh extends the lock on every node; it counts only if a quorum
 // extended it and validity is left, measured from before the round.
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	d := h.d
 	start := d.now()
-	out := d.fanOut(ctx, redisconn.RefreshScript, h.key, h.token, redisconn.Millis(ttl))
-	return d.refreshOutcome(out, ttl, d.now().Sub(start))
+	out := d.fanOut(ctx, h.quorum, redisconn.ScriptsOf(h.kind).Refresh, h.key, h.token, redisconn.Millis(ttl))
+	return d.refreshOutcome(out, ttl, d.now().Sub(start), h.quorum)
 }
 
-// refreshOutcome is the outcome of a refresh with ttl that got out from
-// the nodes and took elapsed.
-func (d *driver) refreshOutcome(out []outcome, ttl, elapsed time.Duration) error {
+// gone reports whether a hold of quorum q is no longer held when notOurs
+// nodes answered that they do not hold it: too few nodes are left to hold
+// it on q. For a majority, as for the mutex, that is a majority saying
+// so; for a semaphore's larger quorum, fewer suffice.
+func (d *driver) gone(notOurs, q int) bool {
+	return notOurs >= q || (q > d.quorum && notOurs > len(d.nodes)-q)
+}
+
+// refreshOutcome is the outcome of a refresh with ttl of a hold of quorum
+// q that got out from the nodes and took elapsed.
+func (d *driver) refreshOutcome(out []outcome, ttl, elapsed time.Duration, q int) error {
 	validity := ttl - elapsed - d.Drift(ttl)
 	extended, notOurs := 0, 0
 	for _, o := range out {
@@ -629,14 +705,14 @@ func (d *driver) refreshOutcome(out []outcome, ttl, elapsed time.Duration) error
 		}
 	}
 	switch {
-	case extended >= d.quorum && validity > 0:
+	case extended >= q && validity > 0:
 		return nil
-	case notOurs >= d.quorum:
+	case d.gone(notOurs, q):
 		return fmt.Errorf("%w: %d of %d nodes no longer hold it", backend.ErrNotHeld, notOurs, len(d.nodes))
-	case extended >= d.quorum:
-		return fmt.Errorf("redlock: refresh reached a majority too late: no validity left after %v%s", elapsed.Round(time.Microsecond), d.failedNodes(out))
+	case extended >= q:
+		return fmt.Errorf("redlock: refresh reached a quorum too late: no validity left after %v%s", elapsed.Round(time.Microsecond), d.failedNodes(out))
 	}
-	return fmt.Errorf("redlock: refresh reached %d of %d nodes, %d needed (%s)", extended, len(d.nodes), d.quorum, d.nodeErrors(out))
+	return fmt.Errorf("redlock: refresh reached %d of %d nodes, %d needed (%s)", extended, len(d.nodes), q, d.nodeErrors(out))
 }
 
 // maxRoundLocks is how many locks one round of a batched refresh extends:
@@ -680,10 +756,14 @@ func (d *driver) refreshRound(ctx context.Context, locks []backend.Held, ttls []
 	rs := make([]redisconn.Refresh, len(locks))
 	for i, l := range locks {
 		h := l.(*held)
-		rs[i] = redisconn.Refresh{Key: lockKey(h.key), Token: h.token, TTL: ttls[i]}
+		rs[i] = redisconn.Refresh{Key: lockKey(h.key), Token: h.token, TTL: ttls[i], Kind: h.kind}
+	}
+	q := d.quorum // the largest quorum of the locks
+	for _, l := range locks {
+		q = max(q, l.(*held).quorum)
 	}
 	start := d.now()
-	replies, nodeErrs := onEvery(ctx, d, func(ctx context.Context, i int) ([]redisconn.Reply, error) {
+	replies, nodeErrs := onQuorum(ctx, d, q, func(ctx context.Context, i int) ([]redisconn.Reply, error) {
 		replies := redisconn.RefreshMany(ctx, d.nodes[i].c, rs)
 		return replies, unreachable(replies)
 	})
@@ -700,16 +780,16 @@ func (d *driver) refreshRound(ctx context.Context, locks []backend.Held, ttls []
 				out[j].n, out[j].err = redisconn.AsInt(r.Val)
 			}
 		}
-		errs[i] = d.refreshOutcome(out, ttls[i], elapsed)
+		errs[i] = d.refreshOutcome(out, ttls[i], elapsed, locks[i].(*held).quorum)
 	}
 }
 
-// TTL returns how long a majority of nodes still hold the lock: the
+// TTL returns how long a quorum of nodes still hold the lock: the
 // quorum-th longest remaining TTL among the nodes that have it. Package
 // locker returns the smaller of this and the local validity.
 func (h *held) TTL(ctx context.Context) (time.Duration, error) {
-	d := h.d
-	out := d.fanOut(ctx, redisconn.PTTLScript, h.key, h.token)
+	d, q := h.d, h.quorum
+	out := d.fanOut(ctx, q, redisconn.ScriptsOf(h.kind).PTTL, h.key, h.token)
 	var left []time.Duration
 	answered := 0
 	for _, o := range out {
@@ -721,15 +801,15 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 			left = append(left, time.Duration(o.n)*time.Millisecond)
 		}
 	}
-	if len(left) >= d.quorum {
+	if len(left) >= q {
 		slices.Sort(left)
 		slices.Reverse(left)
-		return left[d.quorum-1], nil
+		return left[q-1], nil
 	}
-	if answered-len(left) >= d.quorum {
+	if d.gone(answered-len(left), q) {
 		return 0, fmt.Errorf("%w: %d of %d nodes no longer hold it", backend.ErrNotHeld, answered-len(left), len(d.nodes))
 	}
-	return 0, fmt.Errorf("redlock: TTL reached only %d of %d nodes, %d needed (%s)", answered, len(d.nodes), d.quorum, d.nodeErrors(out))
+	return 0, fmt.Errorf("redlock: TTL reached only %d of %d nodes, %d needed (%s)", answered, len(d.nodes), q, d.nodeErrors(out))
 }
 
 // Release deletes the lock on every node that holds our token. When the
@@ -773,11 +853,11 @@ func (r *release) ask(ctx context.Context, round int) {
 	d, h := r.h.d, r.h
 	asked := slices.Clone(r.state)
 	var vals []int64
-	vals, r.errs = onEvery(ctx, d, func(ctx context.Context, i int) (int64, error) {
+	vals, r.errs = onQuorum(ctx, d, h.quorum, func(ctx context.Context, i int) (int64, error) {
 		if asked[i] != unknown {
 			return 0, errNotAsked
 		}
-		return redisconn.EvalInt(ctx, d.nodes[i].c, redisconn.ReleaseScript, []string{lockKey(h.key)}, h.token, channelOf(h.key))
+		return redisconn.EvalInt(ctx, d.nodes[i].c, redisconn.ScriptsOf(h.kind).Release, []string{lockKey(h.key)}, h.token, channelOf(h.key))
 	})
 	for i := range r.state {
 		switch {
@@ -808,16 +888,16 @@ func (r *release) counts() (nReleased, nNotOurs int) {
 
 // verdict returns the release's outcome, if the answers so far decide it.
 func (r *release) verdict() (err error, decided bool) {
-	d := r.h.d
+	d, q := r.h.d, r.h.quorum
 	nReleased, nNotOurs := r.counts()
 	switch {
-	case nNotOurs >= d.quorum:
+	case d.gone(nNotOurs, q):
 		// Lost before the release: a majority had let it expire (and
 		// may have given the key to another). Copies of ours that a
 		// minority still had, their SET having arrived late, are gone
 		// now, which is cleanup, not a release.
 		return fmt.Errorf("%w: %d of %d nodes did not hold it", backend.ErrNotHeld, nNotOurs, len(d.nodes)), true
-	case nReleased >= d.quorum:
+	case nReleased >= q:
 		// Freed for others; the nodes that did not answer let their copy
 		// expire, and a minority copy blocks nobody.
 		return nil, true

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -13,39 +14,44 @@ import (
 
 var _ backend.Inspector = (*driver)(nil)
 
-// Inspect implements backend.Inspector: every node's token and PTTL, asked
-// of all nodes at once as a round is. The key is held when a majority of
-// all nodes hold one token; TTL is then how long a majority still holds
-// it (the quorum-th longest PTTL among them), as Lock.TTL counts it.
+// Inspect implements backend.Inspector: every node's holders with their
+// PTTLs, asked of all nodes at once as a round is. A token is a holder
+// when as many nodes hold it as its kind needs (quorumOf: a majority of
+// all nodes, more for a semaphore's permits); its TTL is then how long
+// that many nodes still hold it (the quorum-th longest PTTL among them),
+// as Lock.TTL counts it. Holds lists every holder, with its kind (and a
+// permit's limit and weight), by token: the nodes keep no grant order.
 // There is no fence (see the package doc), and waiters are not counted:
 // they wait for release notices, and nothing on the nodes lists them.
 // Fewer than a majority of nodes answering is an error naming them.
 //
 // Detail: "key", the lock key on every node; per node, under its address,
-// "token T, ttl D", "free" or its error; and, when any node holds the key,
-// "majority": how many nodes hold which token.
+// "token T, ttl D" (an exclusive holder), the family and each holder of a
+// key of shared or permit holds ("shared: token A, ttl D; token B, ...",
+// "permit 3: token A, weight 2, ttl D; ..."), "free" or its error; and,
+// when any node holds the key, "majority": how many nodes hold which
+// token.
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
 	states, errs := onEvery(ctx, d, func(ctx context.Context, i int) (redisconn.KeyState, error) {
 		return redisconn.InspectKey(ctx, d.nodes[i].c, lockKey(key), "")
 	})
 	h := backend.Holder{Detail: map[string]string{"key": lockKey(key)}}
 	var failed []string
-	holders := map[string][]time.Duration{} // token: the remaining TTL on each node that holds it
+	holders := map[string]*copies{} // by token
 	for i, n := range d.nodes {
-		st := states[i]
-		switch {
-		case errs[i] != nil:
+		if errs[i] != nil {
 			h.Detail[n.addr] = "error: " + errs[i].Error()
 			failed = append(failed, fmt.Sprintf("%s: %v", n.addr, errs[i]))
-		case st.Token == "":
-			h.Detail[n.addr] = "free"
-		default:
-			h.Detail[n.addr] = fmt.Sprintf("token %s, ttl %v", st.Token, nodeTTL(st))
-			var ttl time.Duration = -1 // no TTL: counts as holding, but bounds nothing
-			if st.TTLKnown {
-				ttl = st.TTL
+			continue
+		}
+		h.Detail[n.addr] = nodeDetail(states[i])
+		for _, hold := range nodeHolds(states[i]) {
+			c := holders[hold.Token]
+			if c == nil {
+				c = &copies{hold: hold, quorum: quorumOf(hold.Kind, hold.Limit, len(d.nodes))}
+				holders[hold.Token] = c
 			}
-			holders[st.Token] = append(holders[st.Token], ttl)
+			c.ttls = append(c.ttls, hold.TTL)
 		}
 	}
 	if answered := len(d.nodes) - len(failed); answered < d.quorum {
@@ -55,18 +61,84 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 	if len(holders) > 0 {
 		h.Detail["majority"] = d.majority(holders)
 	}
-	for token, ttls := range holders {
-		if len(ttls) < d.quorum {
-			continue
-		}
-		h.Held, h.Token = true, token
-		slices.Sort(ttls)
-		slices.Reverse(ttls)
-		if ttl := ttls[d.quorum-1]; ttl >= 0 {
-			h.TTL, h.TTLKnown = ttl, true
+	for _, token := range slices.Sorted(maps.Keys(holders)) {
+		if hold, ok := holders[token].held(); ok {
+			h.Holds = append(h.Holds, hold)
 		}
 	}
+	if len(h.Holds) > 0 {
+		first := h.Holds[0]
+		h.Held, h.Token = true, first.Token
+		h.TTL, h.TTLKnown = first.TTL, first.TTLKnown
+	}
 	return h, nil
+}
+
+// copies are the copies of one token's hold on the nodes.
+type copies struct {
+	hold   backend.Hold    // as the first node that has it tells
+	quorum int             // how many nodes must hold it
+	ttls   []time.Duration // on each node that holds it; -1 for no TTL
+}
+
+// held returns the hold, if enough nodes hold it, with the TTL that many
+// nodes still keep it.
+func (c *copies) held() (backend.Hold, bool) {
+	if len(c.ttls) < c.quorum {
+		return backend.Hold{}, false
+	}
+	h := c.hold
+	ttls := slices.Sorted(slices.Values(c.ttls))
+	slices.Reverse(ttls)
+	h.TTL, h.TTLKnown = 0, false
+	if ttl := ttls[c.quorum-1]; ttl >= 0 {
+		h.TTL, h.TTLKnown = ttl, true
+	}
+	return h, true
+}
+
+// nodeHolds returns the holds one node has of the key: its exclusive
+// holder, or its shared or permit holders; TTL -1 for a key without one.
+func nodeHolds(st redisconn.KeyState) []backend.Hold {
+	if st.Token != "" {
+		ttl := time.Duration(-1) // no TTL: counts as holding, but bounds nothing
+		if st.TTLKnown {
+			ttl = st.TTL
+		}
+		return []backend.Hold{{Kind: backend.Exclusive, Token: st.Token, TTL: ttl}}
+	}
+	var out []backend.Hold
+	for _, s := range st.Holds {
+		h := backend.Hold{Kind: st.Kind, Token: s.Token, TTL: s.TTL}
+		if st.Kind == backend.Permit {
+			h.Limit, h.Weight = st.Limit, s.Weight
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// nodeDetail describes what one node holds of the key.
+func nodeDetail(st redisconn.KeyState) string {
+	switch {
+	case st.Token != "":
+		return fmt.Sprintf("token %s, ttl %v", st.Token, nodeTTL(st))
+	case len(st.Holds) == 0:
+		return "free"
+	}
+	family := "shared"
+	if st.Kind == backend.Permit {
+		family = fmt.Sprintf("permit %d", st.Limit)
+	}
+	var parts []string
+	for _, h := range st.Holds {
+		if st.Kind == backend.Permit {
+			parts = append(parts, fmt.Sprintf("token %s, weight %d, ttl %v", h.Token, h.Weight, h.TTL))
+		} else {
+			parts = append(parts, fmt.Sprintf("token %s, ttl %v", h.Token, h.TTL))
+		}
+	}
+	return family + ": " + strings.Join(parts, "; ")
 }
 
 // nodeTTL formats a node's remaining TTL.
@@ -78,26 +150,31 @@ func nodeTTL(st redisconn.KeyState) string {
 }
 
 // majority describes which tokens the nodes hold, most held first.
-func (d *driver) majority(holders map[string][]time.Duration) string {
-	tokens := make([]string, 0, len(holders))
-	for t := range holders {
-		tokens = append(tokens, t)
-	}
-	slices.SortFunc(tokens, func(a, b string) int { return len(holders[b]) - len(holders[a]) })
+func (d *driver) majority(holders map[string]*copies) string {
+	tokens := slices.Sorted(maps.Keys(holders))
+	slices.SortStableFunc(tokens, func(a, b string) int { return len(holders[b].ttls) - len(holders[a].ttls) })
 	var parts []string
+	enough := false
 	for _, t := range tokens {
-		parts = append(parts, fmt.Sprintf("%d of %d nodes hold token %s", len(holders[t]), len(d.nodes), t))
+		c := holders[t]
+		part := fmt.Sprintf("%d of %d nodes hold token %s", len(c.ttls), len(d.nodes), t)
+		if c.quorum != d.quorum {
+			part += fmt.Sprintf(" (a permit of a semaphore of %d, which needs %d)", c.hold.Limit, c.quorum)
+		}
+		parts = append(parts, part)
+		enough = enough || len(c.ttls) >= c.quorum
 	}
 	s := strings.Join(parts, "; ")
-	if len(holders[tokens[0]]) < d.quorum {
+	if !enough {
 		s += fmt.Sprintf(" (no token on a majority of %d: nobody holds the lock; the copies expire with their TTL)", d.quorum)
 	}
 	return s
 }
 
 // ForceRelease implements backend.Inspector: on every node at once, it
-// deletes the lock key whoever holds it and publishes the release notice
-// a release does, so that waiters try again at once. A node that cannot
+// deletes the lock key whoever holds it (every shared or permit holder
+// with it) and publishes the release notice a release does, so that
+// waiters try again at once. A node that cannot
 // be reached (or is skipped as down) is named in the error, and released
 // reports whether any node deleted a lock: the copies left on unreachable
 // nodes expire with their TTL and, on a minority of nodes, block no one.

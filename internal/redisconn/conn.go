@@ -2,7 +2,8 @@
 // from a Redis client library, satisfied by go-redis v9 and by redigo so
 // that both run exactly the same algorithms, and what the two backends
 // share: the scripts on a lock key (release, refresh, TTL, batched
-// refresh), the release-notice subscriber, the eviction-policy check and
+// refresh, and the shared and permit holds kept in a hash of holders:
+// holds.go), the release-notice subscriber, the eviction-policy check and
 // the URL, dial and probe code.
 package redisconn
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/distlock/locker/backend"
 )
 
 // The operator's scripts, which the redis and redlock backends run for
@@ -17,19 +19,28 @@ var (
 	//go:embed scripts/force_release.lua
 	forceReleaseLua string
 
-	inspectScript      = NewScript("inspect", inspectLua, -1)
+	inspectScript      = NewScript("inspect", WithHolds(inspectLua), -1)
 	forceReleaseScript = NewScript("force_release", forceReleaseLua, 1)
 )
 
 // KeyState is what a lock key holds on one server.
 type KeyState struct {
-	// Token is the holder's token; "" when the key does not exist.
+	// Token is the exclusive holder's token; "" when the key does not
+	// exist or holds shared or permit holds (Holds).
 	Token string
 	// TTL is the key's remaining TTL, meaningful when TTLKnown (false
 	// when the key does not exist, or exists without a TTL, which no
-	// lock does).
+	// lock does). For a key of shared or permit holds, the latest
+	// expiry of its holders.
 	TTL      time.Duration
 	TTLKnown bool
+	// Kind is Shared or Permit for a key of shared or permit holds, with
+	// a Permit's Limit; Exclusive otherwise.
+	Kind  backend.Kind
+	Limit int
+	// Holds are the live holders of a key of shared or permit holds, in
+	// no particular order.
+	Holds []HoldState
 	// Fence is the value of the fence counter, meaningful when Fenced
 	// (false when no counter was asked for, or it does not exist).
 	Fence  uint64
@@ -38,6 +49,17 @@ type KeyState struct {
 	// "" for a counter that does not say (written by an older version,
 	// which minted with every acquisition).
 	Minter string
+}
+
+// HoldState is one holder of a key of shared or permit holds.
+type HoldState struct {
+	Token  string
+	Weight int
+	// Fence is the fence minted with the hold; 0 where none was (on
+	// Redlock's nodes).
+	Fence uint64
+	// TTL is the hold's own remaining TTL.
+	TTL time.Duration
 }
 
 // InspectKey reads lockKey's token and remaining TTL and, unless fenceKey
@@ -52,8 +74,8 @@ func InspectKey(ctx context.Context, c Conn, lockKey, fenceKey string) (KeyState
 		return KeyState{}, err
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != 3 {
-		return KeyState{}, fmt.Errorf("redis: unexpected reply %T(%v) to the inspect script, want three values", v, v)
+	if !ok || (len(a) != 3 && len(a) != 5) {
+		return KeyState{}, fmt.Errorf("redis: unexpected reply %T(%v) to the inspect script, want three or five values", v, v)
 	}
 	var st KeyState
 	if st.Token, err = asString(a[0]); err != nil {
@@ -78,7 +100,47 @@ func InspectKey(ctx context.Context, c Conn, lockKey, fenceKey string) (KeyState
 		}
 		st.Fenced, st.Minter = true, minter
 	}
-	return st, nil
+	if len(a) == 5 {
+		err = st.readHolds(a[3], a[4])
+	}
+	return st, err
+}
+
+// readHolds reads the family and the holders of a key of shared or permit
+// holds, as the inspect script returns them.
+func (st *KeyState) readHolds(family, holders any) error {
+	f, err := asString(family)
+	if err != nil {
+		return err
+	}
+	if st.Kind, st.Limit, err = parseFamily(f); err != nil {
+		return err
+	}
+	flat, ok := holders.([]any)
+	if !ok || len(flat)%4 != 0 {
+		return fmt.Errorf("redis: unexpected holders %T(%v) in the inspect script's reply, want four values each", holders, holders)
+	}
+	for i := 0; i < len(flat); i += 4 {
+		var h HoldState
+		if h.Token, err = asString(flat[i]); err != nil {
+			return err
+		}
+		ms, err := AsInt(flat[i+1])
+		if err != nil {
+			return err
+		}
+		w, err := AsInt(flat[i+2])
+		if err != nil {
+			return err
+		}
+		fence, err := AsInt(flat[i+3])
+		if err != nil {
+			return err
+		}
+		h.TTL, h.Weight, h.Fence = time.Duration(ms)*time.Millisecond, int(w), uint64(fence)
+		st.Holds = append(st.Holds, h)
+	}
+	return nil
 }
 
 // ForceRelease deletes lockKey whoever holds it and, if it existed,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/distlock/locker/backend"
 )
 
 // refreshManyLua extends many locks in one script call; see the script.
@@ -13,7 +15,7 @@ import (
 //go:embed scripts/refresh_many.lua
 var refreshManyLua string
 
-var refreshManyScript = NewScript("refresh_many", refreshManyLua, -1)
+var refreshManyScript = NewScript("refresh_many", WithHolds(refreshManyLua), -1)
 
 // MaxRefreshKeys is how many locks one call of the refresh script extends
 // at most: a call runs on the server without interruption, two commands
@@ -26,18 +28,23 @@ type Refresh struct {
 	Key   string // the lock's key on the server
 	Token string
 	TTL   time.Duration
+	// Kind is the hold's: a shared or permit hold is refreshed in its
+	// key's hash of holders, an exclusive one on its key.
+	Kind backend.Kind
 }
 
 // RefreshMany extends each lock only if the server still holds its token,
 // in one pipeline of script calls that extend up to MaxRefreshKeys locks
 // each: the locks that one call may name together (c.KeyGroup) are
 // gathered, so that N locks on one server cost about N/100 calls in one
-// round trip, not N. It returns, per lock, 1 when extended, 0 when the key
-// no longer holds its token, or the error of its call.
+// round trip, not N. Holds of every kind go in one call. It returns, per
+// lock, 1 when extended, 0 when the key no longer holds its token, or the
+// error of its call.
 func RefreshMany(ctx context.Context, c Conn, locks []Refresh) []Reply {
 	type chunk struct {
-		call Call
-		idx  []int // the locks of the call, in its order
+		call  Call
+		kinds []byte // per lock of the call: 'x' exclusive, 'h' in a hash
+		idx   []int  // the locks of the call, in its order
 	}
 	var chunks []*chunk
 	open := make(map[int]*chunk) // by key group: the chunk being filled
@@ -45,18 +52,24 @@ func RefreshMany(ctx context.Context, c Conn, locks []Refresh) []Reply {
 		g, together := c.KeyGroup(l.Key)
 		ch := open[g]
 		if !together || ch == nil || len(ch.idx) == MaxRefreshKeys {
-			ch = &chunk{}
+			ch = &chunk{call: Call{Args: []any{nil}}}
 			chunks = append(chunks, ch)
 			if together {
 				open[g] = ch
 			}
 		}
+		kind := byte('x')
+		if l.Kind != backend.Exclusive {
+			kind = 'h'
+		}
+		ch.kinds = append(ch.kinds, kind)
 		ch.call.Keys = append(ch.call.Keys, l.Key)
 		ch.call.Args = append(ch.call.Args, l.Token, Millis(l.TTL))
 		ch.idx = append(ch.idx, i)
 	}
 	calls := make([]Call, len(chunks))
 	for i, ch := range chunks {
+		ch.call.Args[0] = string(ch.kinds)
 		calls[i] = ch.call
 	}
 	out := make([]Reply, len(locks))

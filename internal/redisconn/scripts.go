@@ -3,13 +3,17 @@ package redisconn
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"time"
+
+	"github.com/distlock/locker/backend"
 )
 
 // The scripts on one lock key that the redis and redlock backends share,
 // one round trip each; see scripts/ for what each does. Each backend keeps
-// its own acquire: redis mints a fencing token in a script, redlock sends
-// a plain SET NX PX.
+// its own exclusive acquire: redis mints a fencing token in a script,
+// redlock sends a plain SET NX PX. Shared and permit holds are taken by
+// Hold on both.
 var (
 	//go:embed scripts/release.lua
 	releaseLua string
@@ -32,21 +36,51 @@ var (
 	// token, -1 when it does not: KEYS lock key; ARGV token.
 	PTTLScript = NewScript("pttl", pttlLua, 1)
 
-	takeScript = NewScript("take", takeLua, 1)
+	takeScript = NewScript("take", WithHolds(takeLua), 1)
 )
 
-// Take takes the lock key for token: SET NX PX, the cheapest, and only if
-// the key is taken, takeScript, one more round trip, which counts our own
-// token already there as taken (and sets its TTL afresh) and otherwise
-// answers with the holder's remaining TTL. It returns 1 when the key is
-// ours; else minus the holder's remaining ms (at least 1), or 0 when the
-// key has no TTL (not a lock).
-func Take(ctx context.Context, c Conn, key, token string, ttl time.Duration) (int64, error) {
+// Grant is a server's answer to a request to take a lock key.
+type Grant struct {
+	// Taken: the key is ours (an exclusive hold), or holds our shared or
+	// permit hold.
+	Taken bool
+	// Fence is the fence minted with a shared or permit hold when the
+	// request named a fence counter (Hold); 0 otherwise.
+	Fence uint64
+	// Remaining, when the key is busy, is how long until the soonest of
+	// its holders expires, as the server tells it; 0 when unknown.
+	Remaining time.Duration
+	// Mismatch, when not nil, says that the key's holders are of another
+	// family than the request: nothing was taken.
+	Mismatch *backend.Mismatch
+}
+
+// Take takes the lock key for token, an exclusive hold: SET NX PX, the
+// cheapest, and only if the key is taken, takeScript, one more round
+// trip, which counts our own token already there as taken (and sets its
+// TTL afresh) and otherwise answers with the holder's remaining TTL, or
+// with the soonest expiry of a read lock's shared holders, or says that
+// the key is a semaphore's (a Mismatch).
+func Take(ctx context.Context, c Conn, key, token string, ttl time.Duration) (Grant, error) {
 	ok, err := c.SetNX(ctx, key, token, ttl)
 	if ok || err != nil {
-		return 1, err
+		return Grant{Taken: ok}, err
 	}
-	return EvalInt(ctx, c, takeScript, []string{key}, token, Millis(ttl))
+	v, err := c.Eval(ctx, takeScript, []string{key}, token, Millis(ttl))
+	if err != nil {
+		return Grant{}, err
+	}
+	if n, ok := v.(int64); ok {
+		if n == 1 {
+			return Grant{Taken: true}, nil
+		}
+		return Grant{Remaining: time.Duration(-n) * time.Millisecond}, nil
+	}
+	family, err := asString(v)
+	if err != nil {
+		return Grant{}, fmt.Errorf("redis: unexpected reply %T(%v) to the take script", v, v)
+	}
+	return mismatch(family, backend.Claim{Kind: backend.Exclusive})
 }
 
 // Millis is d in whole milliseconds, as the scripts and PX take a TTL, and

@@ -43,24 +43,24 @@ func TestTake(t *testing.T) {
 				return n
 			}
 
-			if n, err := Take(ctx, c, key, "a", time.Second); err != nil || n != 1 {
-				t.Fatalf("Take of a free key = %d, %v; want 1", n, err)
+			if g, err := Take(ctx, c, key, "a", time.Second); err != nil || !g.Taken {
+				t.Fatalf("Take of a free key = %+v, %v; want it taken", g, err)
 			}
-			if n, err := Take(ctx, c, key, "a", time.Minute); err != nil || n != 1 {
-				t.Fatalf("Take with the holder's own token = %d, %v; want 1", n, err)
+			if g, err := Take(ctx, c, key, "a", time.Minute); err != nil || !g.Taken {
+				t.Fatalf("Take with the holder's own token = %+v, %v; want it taken", g, err)
 			}
 			if n := pttl(); n <= time.Second.Milliseconds() {
 				t.Fatalf("the key's TTL after Take with its own token = %d ms, want the new TTL (a minute)", n)
 			}
-			n, err := Take(ctx, c, key, "b", time.Minute)
-			if err != nil || n >= 0 || -n > time.Minute.Milliseconds() {
-				t.Fatalf("Take of a key another token holds = %d, %v; want minus its remaining ms, in [-60000, 0)", n, err)
+			g, err := Take(ctx, c, key, "b", time.Minute)
+			if err != nil || g.Taken || g.Mismatch != nil || g.Remaining <= 0 || g.Remaining > time.Minute {
+				t.Fatalf("Take of a key another token holds = %+v, %v; want busy for its remaining TTL, in (0, 1m]", g, err)
 			}
 			if _, err := c.Eval(ctx, NewScript("persist", "return redis.call('PERSIST', KEYS[1])", 1), []string{key}); err != nil {
 				t.Fatal(err)
 			}
-			if n, err := Take(ctx, c, key, "b", time.Minute); err != nil || n != 0 {
-				t.Fatalf("Take of a key without a TTL = %d, %v; want 0", n, err)
+			if g, err := Take(ctx, c, key, "b", time.Minute); err != nil || g.Taken || g.Mismatch != nil || g.Remaining != 0 {
+				t.Fatalf("Take of a key without a TTL = %+v, %v; want busy for an unknown time", g, err)
 			}
 		})
 	}

@@ -1,11 +1,14 @@
 -- Take a lock and mint its fencing token, atomically; or, with an empty
--- TTL, mint the token of a lock already ours.
+-- TTL, mint the token of a lock already ours (after redisconn's
+-- holds.lua).
 -- KEYS[1] lock key, KEYS[2] fence counter (same hash slot)
 -- ARGV[1] token, ARGV[2] TTL in ms or "" to mint only, ARGV[3] fence
 -- counter lifetime in ms
 -- Returns {1, fence} when acquired (or minted); {0, remaining ms of the
--- holder} when the key is taken; {0, -2} when minting finds the key not
--- ours (expired, released, taken by another).
+-- holder} when the key is taken (the soonest expiry of a read lock's
+-- shared holders); {0, -2} when minting finds the key not ours (expired,
+-- released, taken by another); {-1, family} when the key is a
+-- semaphore's, 'permit <limit>', which an exclusive hold disagrees with.
 -- The counter holds "<fence> <token>": the last fence minted, and the
 -- token of the lock it was minted for. A lock already ours whose token is
 -- there has its fence (a retry whose first reply was lost, a second mint);
@@ -13,7 +16,27 @@
 -- token holds the fence alone.)
 local counter = redis.call('GET', KEYS[2])
 if ARGV[2] == '' or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-	local holder = redis.call('GET', KEYS[1])
+	local holder = false
+	if ARGV[2] ~= '' and redis.call('TYPE', KEYS[1]).ok == 'hash' then
+		-- Shared or permit holds, never ours: busy until the soonest of
+		-- them expires, a semaphore's key a mismatch, and free when every
+		-- holder lapsed.
+		local lib = library()
+		local ms = lib.clock()
+		local st = lib.holds(KEYS[1], ms, true)
+		if #st.list > 0 then
+			if st.family ~= 'shared' then
+				return {-1, st.family}
+			end
+			return {0, math.max(st.soonest - ms, 1)}
+		end
+		redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+		holder = ARGV[1]
+	else
+		-- A hash (minting only) is not ours: its GET fails, in protected
+		-- mode, and the error is no token.
+		holder = redis.pcall('GET', KEYS[1])
+	end
 	if holder ~= ARGV[1] then
 		-- Minted only while the lock is ours: a holder whose lock expired
 		-- before it asked gets no fence, rather than one above its

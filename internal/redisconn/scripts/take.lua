@@ -1,9 +1,11 @@
--- Take a lock for a token, after a plain SET NX PX was refused (Take).
+-- Take a lock for a token, after a plain SET NX PX was refused (Take;
+-- after holds.lua).
 -- KEYS[1] lock key; ARGV[1] token, ARGV[2] TTL in ms
 -- Returns 1 when the key now holds our token with the TTL: it was free,
 -- or it held our token already. 0 or less when another token holds it:
 -- minus the holder's remaining ms (at least 1), or 0 when the key has no
--- TTL (not a lock of ours).
+-- TTL (not a lock of ours). A string when the key is a semaphore's: its
+-- family, 'permit <limit>', which an exclusive hold disagrees with.
 --
 -- Our token already there is a SET of this acquisition: sent again by the
 -- client library after its connection broke (redis), or one that arrived
@@ -13,6 +15,21 @@
 -- it from refusing its own acquisition for a whole TTL.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 	return 1
+end
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
+	-- Shared or permit holds: busy until the soonest of them expires, a
+	-- semaphore's key a mismatch, and free when every holder lapsed.
+	local lib = library()
+	local ms = lib.clock()
+	local st = lib.holds(KEYS[1], ms, true)
+	if #st.list == 0 then
+		redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+		return 1
+	end
+	if st.family ~= 'shared' then
+		return st.family
+	end
+	return -math.max(st.soonest - ms, 1)
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])

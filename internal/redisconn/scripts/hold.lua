@@ -1,0 +1,61 @@
+-- Take a shared hold or a permit hold of a lock key, and mint its fence
+-- with it, atomically (after holds.lua).
+-- KEYS[1] lock key; KEYS[2], if given, its fence counter (same hash slot)
+-- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] the key's family as the
+-- request declares it ('shared' or 'permit <limit>'), ARGV[4] the limit
+-- (0 for shared holds: no limit), ARGV[5] the permits the hold takes,
+-- ARGV[6] the fence counter's lifetime in ms
+-- Returns {1, fence} when the hold is ours (fence 0 without a counter);
+-- {0, ms} when the key has no room for it: the ms until the soonest
+-- holder expires, -1 when unknown (a key without a TTL); {-1, family}
+-- when the key's holders declare another family: 'exclusive', 'shared' or
+-- 'permit <limit>'.
+--
+-- Our token already there is this acquisition's request sent again (its
+-- first reply lost): it keeps its hold and fence, with its TTL set afresh,
+-- as take.lua does for an exclusive hold.
+local token, family = ARGV[1], ARGV[3]
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'string' then
+	-- An exclusive holder: it keeps shared holds out, and a semaphore's
+	-- permits are not of its family.
+	if family ~= 'shared' then
+		return {-1, 'exclusive'}
+	end
+	return {0, redis.call('PTTL', KEYS[1])}
+end
+local lib = library()
+local ms, us = lib.clock()
+local st = lib.holds(KEYS[1], ms, true)
+if #st.list > 0 and st.family ~= family then
+	return {-1, st.family}
+end
+local h = st.by[token]
+if h then
+	h.exp = ms + tonumber(ARGV[2])
+else
+	local limit, w = tonumber(ARGV[4]), tonumber(ARGV[5])
+	if limit > 0 and st.units + w > limit then
+		if not st.soonest then
+			return {0, -1}
+		end
+		return {0, math.max(st.soonest - ms, 1)}
+	end
+	-- The fence: as acquire.lua mints an exclusive hold's, the larger of
+	-- the counter + 1 and the server clock in µs, stored back with the
+	-- token it was minted for.
+	local fence = 0
+	if #KEYS > 1 then
+		local counter = redis.call('GET', KEYS[2])
+		fence = tonumber(string.match(counter or '0', '^%d+')) + 1
+		if us > fence then
+			fence = us
+		end
+		redis.call('SET', KEYS[2], string.format('%d %s', fence, token), 'PX', ARGV[6])
+	end
+	h = {token = token, exp = ms + tonumber(ARGV[2]), weight = w, fence = fence}
+	st.list[#st.list + 1] = h
+end
+lib.put(KEYS[1], family, h)
+lib.settle(KEYS[1], st, ms)
+return {1, h.fence}
