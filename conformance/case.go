@@ -185,11 +185,12 @@ func (t *T) TryAcquire(l locker.Locker, key string, opts ...locker.Option) locke
 
 // AcquireWithin takes key with l.Acquire and a TTL of LongTTL within d, or
 // fails the case, saying why the key should have been free by then, and
-// ends the calling goroutine.
-func (t *T) AcquireWithin(l locker.Locker, key string, d time.Duration, why string) locker.Lock {
+// ends the calling goroutine. opts follow the TTL: a kind of hold
+// (locker.Shared, locker.Limit), or another TTL.
+func (t *T) AcquireWithin(l locker.Locker, key string, d time.Duration, why string, opts ...locker.Option) locker.Lock {
 	ctx, cancel := context.WithTimeout(t.ctx, d)
 	defer cancel()
-	lk, err := l.Acquire(ctx, key, locker.WithTTL(t.LongTTL()))
+	lk, err := l.Acquire(ctx, key, append([]locker.Option{locker.WithTTL(t.LongTTL())}, opts...)...)
 	if err != nil {
 		t.Fatalf("%s: Acquire(%s) did not succeed within %v: %v", why, keyText(key), d, err)
 	}
@@ -205,9 +206,10 @@ func (t *T) Release(lk locker.Lock) {
 
 // WantNotAcquired checks that l.TryAcquire(key) fails with ErrNotAcquired,
 // or fails the case, saying why the key should be held, and ends the
-// calling goroutine.
-func (t *T) WantNotAcquired(l locker.Locker, key, why string) {
-	lk, err := l.TryAcquire(t.ctx, key, locker.WithTTL(t.LongTTL()))
+// calling goroutine. opts follow a TTL of LongTTL: the kind of hold
+// tried (locker.Shared, locker.Limit), an exclusive one without them.
+func (t *T) WantNotAcquired(l locker.Locker, key, why string, opts ...locker.Option) {
+	lk, err := l.TryAcquire(t.ctx, key, append([]locker.Option{locker.WithTTL(t.LongTTL())}, opts...)...)
 	if err == nil {
 		lk.Release(t.ctx)
 		t.Fatalf("%s: TryAcquire(%s) succeeded while another client holds the key", why, keyText(key))

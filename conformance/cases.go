@@ -40,6 +40,13 @@ var cases = []Case{
 	{"lost-on-expiry", "With auto-refresh off, Lost stays open while the lock is valid and closes once its TTL runs out", caseLostOnExpiry},
 	{"do-cancels-on-loss", "Do runs fn under the lock, cancels fn's context when the lock is lost, and reports the loss as ErrNotHeld", caseDoCancelsOnLoss},
 	{"mutual-exclusion-stress", "Independent clients hammering one key never overlap in the critical section, and a fencing-checked resource accepts every write", caseStress},
+	{"semaphore-limit", "A semaphore of n permits never has more than n held at once: n + 2 clients trying at once get n between them; a request that needs more permits than are left is refused, and gets in once a release frees them", caseSemaphoreLimit},
+	{"readers-writers", "Shared holds of a key coexist, an exclusive hold never with any other: an exclusive request is refused while shared holds hold the key, a shared one while an exclusive hold does, and a waiting writer gets the key once the last reader leaves", caseReadersWriters},
+	{"kinds-fifo", "Where Capabilities.FIFO is true, admission is in queue order: a reader queued behind a waiting writer is not admitted before it, nor a small semaphore request before a larger one queued ahead of it", caseKindsFIFO},
+	{"kinds-fencing", "Where Capabilities.Fencing is true, fences strictly increase in grant order across kinds: an exclusive hold's exceeds every earlier hold's, a shared hold's or a permit's every hold granted before it", caseKindsFencing},
+	{"crashed-shared-holder", "A shared holder, or a semaphore's permit holder, cut off without releasing frees its share within TTL + ExpirySlack, and its own Lost closes", caseCrashedSharedHolder},
+	{"cancelled-writer", "A queued writer whose Acquire is cancelled leaves the queue at once: a reader waiting behind it is admitted while the earlier reader still holds the key", caseCancelledWriter},
+	{"kind-mismatch", "A request that disagrees with the key's holders fails with ErrKindMismatch (another limit, a shared or exclusive hold on a semaphore's key, a permit on a read/write lock's), and once they are gone the key takes any kind", caseKindMismatch},
 }
 
 func isClosed(ch <-chan struct{}) bool {

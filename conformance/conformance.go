@@ -1,7 +1,12 @@
 // Package conformance checks that a lock backend, or a live deployment of
 // one, keeps the locker contract: mutual exclusion, auto-expiry of crashed
 // holders (also for a client already waiting), safe release, fencing, FIFO
-// hand-off where the backend claims it, and the lost-lock signal.
+// hand-off where the backend claims it, and the lost-lock signal; and,
+// where the backend admits them (Capabilities.Shared, .Permits), shared
+// holds and semaphores: at most n permits held, readers together and
+// writers alone, admission in queue order where FIFO is claimed, fences in
+// grant order across kinds, crashed holders' shares freed, a cancelled
+// writer unblocking the readers behind it, and disagreeing kinds refused.
 //
 // In a test, run the suite against a harness that makes independent
 // clients:

@@ -17,24 +17,42 @@
 //   - panics inside locker.Do (recovered by the run), and uses Do
 //     normally too.
 //
+// The keys are of three uses, in turn: a mutex (exclusive holds only), a
+// read/write lock (shared holds and exclusive ones) where the backend
+// admits shared holds (Capabilities.Shared), and a semaphore of
+// Config.Limit permits (holds of weight 1 or 2) where it admits
+// semaphores (Capabilities.Permits); a use the backend does not admit
+// is a mutex instead. The kinds share the run's time: more kinds, fewer
+// holds of each.
+//
 // An oracle then checks what the clients believed against what a lock may
 // promise:
 //
-//   - the intervals during which two clients believed they held one key
-//     never overlap. A belief starts when Acquire returned (or Do called
-//     fn) and ends at Lock.Until read after Lost closed: the lock's own
+//   - the beliefs held at once on one key fit it: an exclusive belief
+//     overlaps no other, shared beliefs overlap one another only, and a
+//     semaphore's overlapping beliefs take at most its limit of permits
+//     together. A belief starts when Acquire returned (or Do called fn)
+//     and ends at Lock.Until read after Lost closed: the lock's own
 //     validity deadline, not the moment a goroutine noticed Lost, so that
 //     scheduling lag on a loaded machine is no false alarm;
-//   - where the backend fences, fences increase strictly in the order of
-//     those intervals. A fence is asked for right after the acquisition,
-//     as a writer to a fenced resource asks for it, by about half of the
-//     clients (a backend may mint fences on demand, and the other half
-//     checks that path); a belief whose Fence came back without one is
-//     left out of this check, as its holder would write nothing fenced;
+//   - where the backend fences, fences increase strictly in grant order,
+//     across kinds. The oracle knows that a was granted before b when
+//     they cannot be held together (an exclusive belief and any other,
+//     two permits that exceed the limit together) and a's belief started
+//     first, or when a's fence was in hand before b's Acquire was called
+//     (shared holds and permits that fit together may be granted in
+//     another order than their Acquire calls return). A fence is
+//     asked for right after the acquisition, as a writer to a fenced
+//     resource asks for it, by about half of the clients (a backend may
+//     mint fences on demand, and the other half checks that path); a
+//     belief whose Fence came back without one is left out of this check,
+//     as its holder would write nothing fenced;
+//   - no request is refused with ErrKindMismatch: every client of a key
+//     agrees on its kind and limit;
 //   - once the faults stop and every client has let go of what it knew it
 //     held, while the Lockers are still open, every key can be acquired
-//     within the longest TTL used + ExpirySlack + the longest delay +
-//     Config.Slack;
+//     whole (exclusively, or all of a semaphore's permits) within the
+//     longest TTL used + ExpirySlack + the longest delay + Config.Slack;
 //   - Close ends the calls waiting on its Locker within closeBound, and
 //     closes the Lost channel of every lock it held.
 //
@@ -58,6 +76,7 @@ import (
 	"time"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/backend"
 	"github.com/distlock/locker/conformance"
 )
 
@@ -81,8 +100,11 @@ type Config struct {
 	PerConn bool
 	// Clients is how many client processes run at once (default 4), each
 	// with Workers goroutines (default 3) contending for Keys keys
-	// (default 3).
+	// (default 3: one of each use, see the package documentation).
 	Clients, Workers, Keys int
+	// Limit is the number of permits of the semaphore keys, at least 2
+	// (default 3).
+	Limit int
 	// Slack is the allowance for timers and scheduling on a loaded machine
 	// in the liveness checks. Default 1s.
 	Slack time.Duration
@@ -146,9 +168,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Open == nil || cfg.Duration <= 0 || len(cfg.TTLs) < 2 {
 		return nil, errors.New("faulttest: Config needs Open, Duration and at least two TTLs")
 	}
+	if cfg.Limit < 0 || cfg.Limit == 1 {
+		return nil, fmt.Errorf("faulttest: Config.Limit %d: a semaphore key has at least 2 permits, for holds of weight 1 and 2", cfg.Limit)
+	}
 	cfg.Clients = cmp0(cfg.Clients, 4)
 	cfg.Workers = cmp0(cfg.Workers, 3)
 	cfg.Keys = cmp0(cfg.Keys, 3)
+	cfg.Limit = cmp0(cfg.Limit, 3)
 	cfg.Slack = cmp0(cfg.Slack, time.Second)
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -181,6 +207,7 @@ type run struct {
 	t0      time.Time // offsets in messages count from here
 	caps    locker.Capabilities
 	keys    []string
+	uses    []use // of each key
 	slots   []*slot
 	checker *proc // opened at the start, never faulted: the liveness check's client
 	oracle  oracle
@@ -247,6 +274,7 @@ func (r *run) start(ctx context.Context) error {
 	run := fmt.Sprintf("%08x", rng.Uint32())
 	for i := range r.cfg.Keys {
 		r.keys = append(r.keys, fmt.Sprintf("faulttest/%s/k%d", run, i))
+		r.uses = append(r.uses, r.useOf(i))
 	}
 	for i := range r.cfg.Clients {
 		s := &slot{r: r, i: i}
@@ -256,7 +284,7 @@ func (r *run) start(ctx context.Context) error {
 		}
 		r.slots = append(r.slots, s)
 	}
-	r.cfg.Logf("seed %d, keys faulttest/%s/k0..%d, TTLs %v, capabilities %+v", r.cfg.Seed, run, r.cfg.Keys-1, r.cfg.TTLs, r.caps)
+	r.cfg.Logf("seed %d, keys faulttest/%s/k0..%d used as %v, TTLs %v, capabilities %+v", r.cfg.Seed, run, r.cfg.Keys-1, r.uses, r.cfg.TTLs, r.caps)
 	return nil
 }
 
@@ -298,9 +326,11 @@ func (r *run) checkKeys(ctx context.Context) {
 	ctx, cancel := context.WithDeadline(ctx, stopped.Add(bound))
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, key := range r.keys {
+	for i, key := range r.keys {
+		whole := r.uses[i].whole(r.cfg.Limit)
 		wg.Go(func() {
-			lk, err := r.checker.Locker.Acquire(ctx, key, locker.WithTTL(r.shortest()))
+			began := time.Now()
+			lk, err := r.checker.Locker.Acquire(ctx, key, append(kindOptions(whole), locker.WithTTL(r.shortest()))...)
 			if err != nil {
 				var state string
 				if r.cfg.Describe != nil {
@@ -313,7 +343,7 @@ func (r *run) checkKeys(ctx context.Context) {
 				return
 			}
 			r.count("check")
-			b := r.oracle.add(r.checker, key, "check", lk)
+			b := r.oracle.add(r.checker, key, "check", whole, began, lk)
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer rcancel()
 			err = lk.Release(rctx)
@@ -474,6 +504,13 @@ func (s *slot) swap(p *proc) *proc {
 	return old
 }
 
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
@@ -512,7 +549,7 @@ func closed(ch <-chan struct{}) bool {
 
 // summaryOrder lists the counts Summary shows first, in this order.
 var summaryOrder = []string{
-	"acquire", "try", "do", "check", "lost",
+	"acquire", "try", "do", "check", "shared", "permit", "shared.together", "permits.together", "lost",
 	"acquire.cancelled", "acquire.closed", "acquire.error", "try.busy", "try.error", "do.cancelled", "do.closed", "do.error", "do.panic",
 	"refresh.ok", "refresh.pair", "refresh.unknown", "refresh.notheld", "refresh.closed",
 	"release.ok", "release.notheld", "release.unknown",
@@ -682,27 +719,103 @@ var errPanic = errors.New("faulttest: panic inside Do")
 func (w *worker) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		p := w.s.current()
-		key := w.r.keys[w.rng.IntN(len(w.r.keys))]
+		i := w.rng.IntN(len(w.r.keys))
+		rq := request{key: w.r.keys[i], claim: w.claim(w.r.uses[i])}
 		switch x := w.rng.Float64(); {
 		case x < 0.35:
-			w.acquire(ctx, p, key, true)
+			w.acquire(ctx, p, rq, true)
 		case x < 0.65:
-			w.acquire(ctx, p, key, false)
+			w.acquire(ctx, p, rq, false)
 		default:
-			w.do(ctx, p, key)
+			w.do(ctx, p, rq)
 		}
 		sleep(ctx, uniform(w.rng, 0, w.r.shortest()/10))
 	}
 }
 
+// request is what a worker asks for: a key, and what of it.
+type request struct {
+	key   string
+	claim backend.Claim
+}
+
+// claim chooses what a hold of a key of use u takes: on a read/write lock
+// a shared hold three times in five, an exclusive one otherwise; on a
+// semaphore one or two permits. A mutex's key draws nothing, so that a
+// run on a backend that admits no other kind makes the same choices as
+// before there were kinds.
+func (w *worker) claim(u use) backend.Claim {
+	switch u {
+	case useReadWrite:
+		if w.rng.IntN(5) < 3 {
+			return backend.Claim{Kind: backend.Shared}
+		}
+	case useSemaphore:
+		return backend.Claim{Kind: backend.Permit, Limit: w.r.cfg.Limit, Weight: 1 + w.rng.IntN(2)}
+	}
+	return backend.Claim{Kind: backend.Exclusive}
+}
+
 // lockOptions chooses a lock's TTL (any but the longest) and whether the
-// watchdog refreshes it (half the time).
-func (w *worker) lockOptions() []locker.Option {
+// watchdog refreshes it (half the time), after the options that ask for
+// c.
+func (w *worker) lockOptions(c backend.Claim) []locker.Option {
 	ttls := w.r.cfg.TTLs
-	return []locker.Option{
+	return append(kindOptions(c),
 		locker.WithTTL(ttls[w.rng.IntN(len(ttls)-1)]),
 		locker.WithAutoRefresh(w.rng.IntN(2) == 0),
+	)
+}
+
+// kindOptions returns the options that ask for c.
+func kindOptions(c backend.Claim) []locker.Option {
+	switch c.Kind {
+	case backend.Shared:
+		return []locker.Option{locker.Shared()}
+	case backend.Permit:
+		return []locker.Option{locker.Limit(c.Limit), locker.Weight(c.Weight)}
 	}
+	return nil
+}
+
+// use is what a run uses a key as.
+type use uint8
+
+const (
+	useMutex     use = iota // exclusive holds only
+	useReadWrite            // shared and exclusive holds
+	useSemaphore            // permits of Config.Limit, weights 1 and 2
+)
+
+func (u use) String() string {
+	switch u {
+	case useReadWrite:
+		return "read/write lock"
+	case useSemaphore:
+		return "semaphore"
+	}
+	return "mutex"
+}
+
+// useOf returns the use of key i: mutex, read/write lock and semaphore in
+// turn, a mutex where the backend does not admit the kind.
+func (r *run) useOf(i int) use {
+	switch {
+	case i%3 == 1 && r.caps.Shared:
+		return useReadWrite
+	case i%3 == 2 && r.caps.Permits:
+		return useSemaphore
+	}
+	return useMutex
+}
+
+// whole returns the claim that takes all of a key of use u: an exclusive
+// hold, or all of a semaphore's limit of permits.
+func (u use) whole(limit int) backend.Claim {
+	if u == useSemaphore {
+		return backend.Claim{Kind: backend.Permit, Limit: limit, Weight: limit}
+	}
+	return backend.Claim{Kind: backend.Exclusive}
 }
 
 // waitFor chooses how long an acquisition may wait: often less than a
@@ -723,14 +836,15 @@ func (w *worker) callTimeout() time.Duration {
 	return 5 * time.Second
 }
 
-func (w *worker) acquire(ctx context.Context, p *proc, key string, wait bool) {
+func (w *worker) acquire(ctx context.Context, p *proc, rq request, wait bool) {
+	key := rq.key
 	how := "try"
 	if wait {
 		how = "acquire"
 	}
 	actx, cancel := context.WithTimeout(ctx, w.waitFor())
 	defer cancel()
-	opts := w.lockOptions()
+	opts := w.lockOptions(rq.claim)
 	began := time.Now()
 	var (
 		lk  locker.Lock
@@ -746,7 +860,7 @@ func (w *worker) acquire(ctx context.Context, p *proc, key string, wait bool) {
 		return
 	}
 	w.r.count(how)
-	b := w.r.oracle.add(p, key, how, lk)
+	b := w.r.oracle.add(p, key, how, rq.claim, began, lk)
 	w.hold(ctx, b)
 	w.release(b)
 }
@@ -762,6 +876,9 @@ func (w *worker) failed(how string, p *proc, key string, began time.Time, err er
 		w.r.count("try.busy")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		w.r.count(how + ".cancelled")
+	case errors.Is(err, locker.ErrKindMismatch):
+		w.r.count(how + ".error")
+		w.r.violate("key %q: %s's %s, which asked for what every client of the key asks for, was refused as a kind mismatch: %v", key, p.name, how, err)
 	default:
 		w.r.count(how + ".error")
 	}
@@ -773,10 +890,11 @@ func (w *worker) failed(how string, p *proc, key string, began time.Time, err er
 
 // do takes key through locker.Do; fn holds the lock for a while, and now
 // and then panics.
-func (w *worker) do(ctx context.Context, p *proc, key string) {
+func (w *worker) do(ctx context.Context, p *proc, rq request) {
+	key := rq.key
 	dctx, cancel := context.WithTimeout(ctx, w.waitFor())
 	defer cancel()
-	opts := w.lockOptions()
+	opts := w.lockOptions(rq.claim)
 	panics := w.rng.IntN(5) == 0
 	entered := false
 	var held locker.Lock
@@ -784,7 +902,7 @@ func (w *worker) do(ctx context.Context, p *proc, key string) {
 	err := w.callDo(dctx, p.Locker, key, func(fctx context.Context, lk locker.Lock) error {
 		entered, held = true, lk
 		w.r.count("do")
-		b := w.r.oracle.add(p, key, "do", lk)
+		b := w.r.oracle.add(p, key, "do", rq.claim, began, lk)
 		w.hold(fctx, b)
 		if closed(lk.Lost()) {
 			w.r.count("lost")
@@ -941,12 +1059,16 @@ type belief struct {
 	proc  *proc
 	key   string
 	how   string
+	claim backend.Claim // what the client asked for
 	lock  locker.Lock
+	began time.Time // when Acquire (or Do) was called
 	start time.Time
 	end   time.Time // set by check
-	// fence, when fenced: asked for as the belief began.
-	fence  uint64
-	fenced bool
+	// fence, when fenced: asked for as the belief began, and in hand at
+	// fencedAt.
+	fence    uint64
+	fenced   bool
+	fencedAt time.Time
 
 	mu     sync.Mutex
 	events []string // what the holder did, for the report
@@ -967,17 +1089,34 @@ type oracle struct {
 	beliefs []*belief
 }
 
-func (o *oracle) add(p *proc, key, how string, lk locker.Lock) *belief {
-	b := &belief{proc: p, key: key, how: how, lock: lk, start: time.Now()}
-	b.note(o.r, "%s returned; until %s", how, o.r.at(lk.Until()))
+// add records the belief of p, which asked for claim of key at began
+// and got lk.
+func (o *oracle) add(p *proc, key, how string, claim backend.Claim, began time.Time, lk locker.Lock) *belief {
+	b := &belief{proc: p, key: key, how: how, claim: claim, lock: lk, began: began, start: time.Now()}
+	b.note(o.r, "%s %s returned; until %s", how, claimText(claim), o.r.at(lk.Until()))
+	switch claim.Kind {
+	case backend.Shared:
+		o.r.count("shared")
+	case backend.Permit:
+		o.r.count("permit")
+	}
 	if p.fences && o.r.caps.Fencing {
 		b.fence, b.fenced = lk.Fence()
+		b.fencedAt = time.Now()
 		b.note(o.r, "fence %d (ok %v)", b.fence, b.fenced)
 	}
 	o.mu.Lock()
 	o.beliefs = append(o.beliefs, b)
 	o.mu.Unlock()
 	return b
+}
+
+// claimText names what a claim takes.
+func claimText(c backend.Claim) string {
+	if c.Kind == backend.Permit {
+		return fmt.Sprintf("%d of %d permits", c.Weight, c.Limit)
+	}
+	return c.Kind.String()
 }
 
 // of returns the beliefs of client p.
@@ -993,9 +1132,9 @@ func (o *oracle) of(p *proc) []*belief {
 	return out
 }
 
-// check compares the beliefs of each key: no two overlap, and, where the
-// backend fences, fences increase in their order. Every Locker is closed
-// by now, so every Lost is closed and every Until final.
+// check compares the beliefs of each key: those held at once fit the key,
+// and, where the backend fences, fences increase in grant order. Every
+// Locker is closed by now, so every Lost is closed and every Until final.
 func (o *oracle) check() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -1012,28 +1151,76 @@ func (o *oracle) check() {
 	for _, key := range o.r.keys {
 		bs := byKey[key]
 		slices.SortFunc(bs, func(a, b *belief) int { return a.start.Compare(b.start) })
-		var last *belief   // the belief that ends last so far
-		var fenced *belief // the last one with a fence
+		var active []*belief // the beliefs not yet ended, in order of start
+		var fenced []*belief // the beliefs with a fence, in order of start
 		for _, b := range bs {
-			if last != nil && b.start.Before(last.end) {
-				o.r.violate("key %q: two clients believed they held it at once: %s, overlap %v",
-					key, o.pair(last, b), last.end.Sub(b.start))
-			}
+			active = slices.DeleteFunc(active, func(a *belief) bool { return !b.start.Before(a.end) })
+			o.checkFits(key, active, b)
 			if b.fenced {
-				if fenced != nil && b.fence <= fenced.fence {
-					o.r.violate("key %q: fences do not increase: %s", key, o.pair(fenced, b))
-				}
-				fenced = b
+				o.checkFence(key, fenced, b)
+				fenced = append(fenced, b)
 			}
-			if last == nil || b.end.After(last.end) {
-				last = b
-			}
+			active = append(active, b)
+		}
+	}
+}
+
+// checkFits checks that b fits key beside the beliefs active as it
+// started: their units and b's (backend.Claim.Units) within the key's
+// capacity.
+func (o *oracle) checkFits(key string, active []*belief, b *belief) {
+	units, capacity := b.claim.Units()
+	var held int64
+	shared := false
+	for _, a := range active {
+		u, _ := a.claim.Units()
+		held += u
+		shared = shared || a.claim.Kind == backend.Shared
+	}
+	if held+units <= capacity {
+		switch {
+		case b.claim.Kind == backend.Shared && shared:
+			o.r.count("shared.together")
+		case b.claim.Kind == backend.Permit && len(active) > 0:
+			o.r.count("permits.together")
+		}
+		return
+	}
+	for _, a := range active {
+		if a.claim.Kind != backend.Exclusive && b.claim.Kind != backend.Exclusive {
+			continue
+		}
+		what := "two clients believed they held it at once"
+		if a.claim.Kind != b.claim.Kind {
+			what = "a client believed it held it shared while another believed it held it exclusively"
+		}
+		o.r.violate("key %q: %s: %s, overlap %v", key, what, o.pair(a, b), earlier(a.end, b.end).Sub(b.start))
+		return
+	}
+	var all []string
+	for _, a := range append(slices.Clone(active), b) {
+		all = append(all, o.describe(a))
+	}
+	o.r.violate("key %q: %d permits of its %d believed held at once, by:\n\t%s", key, held+units, capacity, strings.Join(all, "\n\tand "))
+}
+
+// checkFence checks b's fence against those of the fenced beliefs that
+// started before it and were granted before it: those that cannot be
+// held with it (granted before b, since b started later and a correct
+// backend never grants both at once), and those whose fence was in hand
+// before b's Acquire was called. Of the violations for b it reports the
+// first.
+func (o *oracle) checkFence(key string, fenced []*belief, b *belief) {
+	for _, a := range fenced {
+		if (a.claim.Conflicts(b.claim) || a.fencedAt.Before(b.began)) && b.fence <= a.fence {
+			o.r.violate("key %q: fences do not increase: %s", key, o.pair(a, b))
+			return
 		}
 	}
 }
 
 func (o *oracle) describe(b *belief) string {
-	s := fmt.Sprintf("%s (%s, token %.8s", b.proc.name, b.how, b.lock.Token())
+	s := fmt.Sprintf("%s (%s %s, token %.8s", b.proc.name, b.how, claimText(b.claim), b.lock.Token())
 	if b.fenced {
 		s += fmt.Sprintf(", fence %d", b.fence)
 	}

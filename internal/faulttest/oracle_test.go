@@ -2,6 +2,8 @@ package faulttest_test
 
 import (
 	"context"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/internal/faulttest"
+	"github.com/distlock/locker/internal/faulttest/flawed"
+	"github.com/distlock/locker/internal/memstore"
 	"github.com/distlock/locker/memory"
 )
 
@@ -61,4 +65,39 @@ func TestOracleCatchesStuckFences(t *testing.T) {
 		}
 	}
 	t.Fatalf("a run on fences that never increase reported no such violation; it found: %q (%s)", rep.Violations, rep.Summary())
+}
+
+// TestOracleCatchesKindFlaws: the oracle's checks of shared holds and
+// permits are not vacuous. On a memory backend whose semaphores admit one
+// permit more than their limit, and whose read locks let a writer in
+// beside their readers (package flawed), a run reports both.
+func TestOracleCatchesKindFlaws(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	store := memstore.NewStore()
+	quiet := &locker.Config{Logger: slog.New(slog.DiscardHandler)}
+	rep, err := faulttest.Run(context.Background(), faulttest.Config{
+		Open: func(context.Context) (*faulttest.Client, error) {
+			d := memstore.NewDriver(store)
+			l := locker.New(flawed.New(d, flawed.ExtraPermit|flawed.WriterBesideReaders), quiet)
+			return &faulttest.Client{Locker: l, Crash: d.Crash}, nil
+		},
+		Seed:     1,
+		Duration: 2 * time.Second,
+		TTLs:     []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second},
+		// Of 2 permits, with holds of 1 and 2: an extra permit lets
+		// three be held at once more often than of 3 (a handful of
+		// times a run rather than once or twice).
+		Limit: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"permits of its 2 believed held at once",
+		"a client believed it held it shared while another believed it held it exclusively",
+	} {
+		if !slices.ContainsFunc(rep.Violations, func(v string) bool { return strings.Contains(v, want) }) {
+			t.Errorf("a run on a backend with both flaws reported no violation saying %q; it found: %q (%s)", want, rep.Violations, rep.Summary())
+		}
+	}
 }

@@ -1,0 +1,590 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/distlock/locker"
+)
+
+// The cases about kinds of hold: shared holds (read/write locks) and
+// permits (semaphores). Each runs where the backend claims the kinds it
+// needs (Capabilities.Shared, Capabilities.Permits) and is skipped,
+// naming them, where it does not.
+
+// skipUnlessShared skips the case unless the backend admits shared holds.
+func skipUnlessShared(t *T) {
+	if !t.Capabilities().Shared {
+		t.Skipf("the backend does not admit shared holds (Capabilities().Shared is false)")
+	}
+}
+
+// skipUnlessPermits skips the case unless the backend admits semaphores.
+func skipUnlessPermits(t *T) {
+	if !t.Capabilities().Permits {
+		t.Skipf("the backend does not admit semaphores (Capabilities().Permits is false)")
+	}
+}
+
+// skipUnlessAnyKind skips the case unless the backend admits shared holds
+// or semaphores; the case checks those it admits.
+func skipUnlessAnyKind(t *T) {
+	if c := t.Capabilities(); !c.Shared && !c.Permits {
+		t.Skipf("the backend admits neither shared holds (Capabilities().Shared is false) nor semaphores (Capabilities().Permits is false)")
+	}
+}
+
+// pending is an Acquire running on a goroutine of its own, so that a case
+// can watch it wait.
+type pending struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan struct{} // closed once Acquire returned
+	// Set before done is closed.
+	lk  locker.Lock
+	err error
+	at  time.Time
+}
+
+// startAcquire calls l.Acquire(key, opts) as name, with a TTL of LongTTL
+// unless opts give another, on a goroutine of its own. When the case
+// ends, its cleanup cancels the call, waits for it, and releases what it
+// got.
+func (t *T) startAcquire(name string, l locker.Locker, key string, opts ...locker.Option) *pending {
+	ctx, cancel := context.WithCancel(t.ctx)
+	p := &pending{name: name, cancel: cancel, done: make(chan struct{})}
+	opts = append([]locker.Option{locker.WithTTL(t.LongTTL())}, opts...)
+	go func() {
+		defer close(p.done)
+		p.lk, p.err = l.Acquire(ctx, key, opts...)
+		p.at = time.Now()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-p.done
+		if p.err == nil {
+			p.lk.Release(context.WithoutCancel(t.ctx))
+		}
+	})
+	return p
+}
+
+// returned reports whether p's Acquire has returned.
+func (p *pending) returned() bool { return isClosed(p.done) }
+
+// outcome says how p's Acquire ended, once it has.
+func (p *pending) outcome() string {
+	if p.err != nil {
+		return "failed: " + p.err.Error()
+	}
+	return "got the key"
+}
+
+// await waits up to d for p's Acquire to get the key and returns the
+// lock, or fails the case, saying why it should have got the key by
+// then, and ends the calling goroutine.
+func (t *T) await(p *pending, d time.Duration, why string) locker.Lock {
+	if !t.ClosedWithin(p.done, d) {
+		t.Fatalf("%s: %s's Acquire did not return within %v", why, p.name, d)
+	}
+	if p.err != nil {
+		t.Fatalf("%s: %s's Acquire: %v", why, p.name, p.err)
+	}
+	return p.lk
+}
+
+// blindQueueWait is how long a case waits for a client to queue where the
+// backend cannot list its waiters: many times a round trip to a server,
+// even on a loaded machine.
+const blindQueueWait = time.Second
+
+// queueing tells a case when its clients have queued on a key: as the
+// servers report it where the backend lists its waiters
+// (locker.Inspect's Holder.Queue, or Holder.Waiters), after
+// blindQueueWait where it does not.
+type queueing struct {
+	t     *T
+	l     locker.Locker // the client that asks
+	key   string
+	blind bool // the backend cannot tell: the case waited blindly
+}
+
+// until waits until the servers report at least n waiters on the key, or
+// one of ps returned (it did not stay queued: the caller checks that), or
+// fails the case when neither happens within LongTTL/2.
+func (q *queueing) until(n int, ps ...*pending) {
+	t := q.t
+	anyReturned := func() bool {
+		for _, p := range ps {
+			if p.returned() {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(t.LongTTL() / 2)
+	poll := time.Millisecond
+	seen := 0
+	for !anyReturned() {
+		if !q.blind {
+			h, err := locker.Inspect(t.ctx, q.l, q.key)
+			switch {
+			case errors.Is(err, locker.ErrUnsupported) || (err == nil && !h.WaitersKnown):
+				q.blind = true
+			case err != nil:
+				t.Fatalf("inspecting %s for its waiters: %v", keyText(q.key), err)
+			default:
+				if seen = max(len(h.Queue), h.Waiters); seen >= n {
+					return
+				}
+			}
+		}
+		if q.blind {
+			// Sleep out blindQueueWait in steps, to notice a client that
+			// was admitted instead of queueing.
+			for end := time.Now().Add(blindQueueWait); time.Now().Before(end); {
+				if anyReturned() || t.ClosedWithin(t.ctx.Done(), 10*time.Millisecond) {
+					break
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the servers report %d waiters on %s, not the %d that should queue, %v after the last of them called Acquire",
+				seen, keyText(q.key), n, t.LongTTL()/2)
+		}
+		t.ClosedWithin(t.ctx.Done(), poll)
+		poll = min(2*poll, 20*time.Millisecond)
+	}
+}
+
+// note is what a failure message adds when the case could not see its
+// clients queue.
+func (q *queueing) note() string {
+	if !q.blind {
+		return ""
+	}
+	return fmt.Sprintf(" (the backend cannot list its waiters: the case gave each waiter %v to queue)", blindQueueWait)
+}
+
+// holdFence returns lk's fence, or fails the case and ends the calling
+// goroutine if lk has none on a backend that claims fencing.
+func (t *T) holdFence(lk locker.Lock, what string) uint64 {
+	f, ok := lk.Fence()
+	if !ok {
+		t.Fatalf("%s: Fence() reports ok=false on a backend whose Capabilities().Fencing is true", what)
+	}
+	return f
+}
+
+// wantMismatch checks that a request that disagrees with the key's
+// holders failed with ErrKindMismatch.
+func (t *T) wantMismatch(lk locker.Lock, err error, what string) {
+	if err == nil {
+		lk.Release(t.ctx)
+		t.Errorf("%s succeeded; want an error wrapping ErrKindMismatch", what)
+		return
+	}
+	t.WantErr(err, locker.ErrKindMismatch, what)
+}
+
+// semaphoreN is the limit of semaphore-limit's semaphore.
+const semaphoreN = 3
+
+func caseSemaphoreLimit(t *T) {
+	skipUnlessPermits(t)
+	semaphoreConcurrent(t)
+	semaphoreWeights(t)
+}
+
+// semaphoreConcurrent has n + 2 clients try a semaphore of n at once:
+// at most n may get a permit. A backend whose votes can split (a quorum
+// of independent servers, as for the mutex) may refuse them all under
+// such contention, so the semaphore is then filled one client at a time:
+// it must take exactly n.
+func semaphoreConcurrent(t *T) {
+	const n = semaphoreN
+	key := t.Key("n")
+	sem := []locker.Option{locker.Limit(n), locker.WithTTL(t.LongTTL())}
+	clients := make([]locker.Locker, n+2)
+	for i := range clients {
+		clients[i] = t.Locker()
+	}
+	held := make([]locker.Lock, len(clients))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, l := range clients {
+		wg.Go(func() {
+			<-start
+			lk, err := l.TryAcquire(t.ctx, key, sem...)
+			switch {
+			case err == nil:
+				held[i] = lk
+			case !errors.Is(err, locker.ErrNotAcquired):
+				t.Errorf("client %d: TryAcquire on a semaphore of %d under contention: %v", i+1, n, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, lk := range held {
+			if lk != nil {
+				lk.Release(context.WithoutCancel(t.ctx))
+			}
+		}
+	})
+	got := 0
+	for _, lk := range held {
+		if lk != nil {
+			got++
+		}
+	}
+	if got > n {
+		t.Fatalf("%d of %d concurrent TryAcquire on a semaphore of %d got a permit: more than %d holders at once", got, len(clients), n, n)
+	}
+	for i, l := range clients {
+		if held[i] != nil || got == n {
+			continue
+		}
+		lk, err := l.TryAcquire(t.ctx, key, sem...)
+		if err != nil {
+			t.Fatalf("client %d: TryAcquire on a semaphore of %d with only %d permits held: %v", i+1, n, got, err)
+		}
+		held[i] = lk
+		got++
+	}
+	waiting := -1 // a client without a permit
+	for i, l := range clients {
+		if held[i] == nil {
+			t.WantNotAcquired(l, key, fmt.Sprintf("client %d, with all %d permits held", i+1, n), locker.Limit(n))
+			waiting = i
+		}
+	}
+	// A release frees a permit for the next.
+	for i, lk := range held {
+		if lk != nil {
+			t.Release(lk)
+			held[i] = nil
+			break
+		}
+	}
+	held[waiting] = t.TryAcquire(clients[waiting], key, sem...)
+}
+
+// semaphoreWeights fills a semaphore of 3 with a weight-2 and a weight-1
+// hold, refusing a weight-2 request with one permit left, and admits it
+// once the first hold's release frees two.
+func semaphoreWeights(t *T) {
+	const n = semaphoreN
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("w")
+	two := t.TryAcquire(a, key, locker.Limit(n), locker.Weight(2), locker.WithTTL(t.LongTTL()))
+	t.WantNotAcquired(b, key, fmt.Sprintf("a weight-2 request with %d of %d permits held", 2, n), locker.Limit(n), locker.Weight(2))
+	one := t.TryAcquire(b, key, locker.Limit(n), locker.WithTTL(t.LongTTL()))
+	t.WantNotAcquired(c, key, fmt.Sprintf("a weight-1 request with all %d permits held (weights 2 and 1)", n), locker.Limit(n))
+	t.Release(two)
+	again := t.TryAcquire(c, key, locker.Limit(n), locker.Weight(2), locker.WithTTL(t.LongTTL()))
+	t.Release(one)
+	t.Release(again)
+}
+
+func caseReadersWriters(t *T) {
+	skipUnlessShared(t)
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("k")
+	shared := []locker.Option{locker.Shared(), locker.WithTTL(t.LongTTL())}
+
+	r1 := t.TryAcquire(a, key, shared...)
+	r2 := t.TryAcquire(b, key, shared...)
+	t.WantNotAcquired(c, key, "an exclusive request while two shared holds hold the key")
+	t.Release(r1)
+	t.WantNotAcquired(c, key, "an exclusive request while one shared hold still holds the key")
+	t.Release(r2)
+
+	w := t.TryAcquire(c, key, locker.WithTTL(t.LongTTL()))
+	t.WantNotAcquired(a, key, "a shared request while an exclusive hold holds the key", locker.Shared())
+	t.Release(w)
+
+	// Waiting: a writer gets the key once the last reader leaves, a
+	// reader once the writer does.
+	r1 = t.TryAcquire(a, key, shared...)
+	pw := t.startAcquire("the writer", c, key)
+	// Give the writer time to start waiting; whether or not it has, it
+	// must get the key once the reader leaves.
+	if t.ClosedWithin(pw.done, 50*time.Millisecond) {
+		t.Fatalf("an exclusive Acquire returned while a shared hold held the key: %s", pw.outcome())
+	}
+	t.Release(r1)
+	w = t.await(pw, t.LongTTL()/2, "the only reader released")
+	pr := t.startAcquire("the reader", a, key, locker.Shared())
+	if t.ClosedWithin(pr.done, 50*time.Millisecond) {
+		t.Fatalf("a shared Acquire returned while an exclusive hold held the key: %s", pr.outcome())
+	}
+	t.Release(w)
+	t.Release(t.await(pr, t.LongTTL()/2, "the writer released"))
+}
+
+func caseKindsFIFO(t *T) {
+	if !t.Capabilities().FIFO {
+		t.Skipf("the backend does not claim admission in queue order (Capabilities().FIFO is false)")
+	}
+	skipUnlessAnyKind(t)
+	if t.Capabilities().Shared {
+		readersBehindWriter(t)
+	}
+	if t.Capabilities().Permits {
+		smallBehindLarge(t)
+	}
+}
+
+// readersBehindWriter: reader R1 holds; writer W queues; reader R2 queues
+// behind W. R2 must not get in beside R1 ahead of W (a stream of readers
+// would starve the writer): R1's release admits W, and W's admits R2.
+func readersBehindWriter(t *T) {
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("rw")
+	q := &queueing{t: t, l: a, key: key}
+	r1 := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
+	w := t.startAcquire("writer W", b, key)
+	q.until(1, w)
+	if w.returned() {
+		t.Fatalf("writer W's Acquire returned while reader R1 held the key: %s%s", w.outcome(), q.note())
+	}
+	r2 := t.startAcquire("reader R2", c, key, locker.Shared())
+	q.until(2, w, r2)
+	if r2.returned() {
+		t.Fatalf("reader R2, queued behind waiting writer W, %s while reader R1 held the key, ahead of W: readers can starve a writer%s", r2.outcome(), q.note())
+	}
+	if w.returned() {
+		t.Fatalf("writer W's Acquire returned while reader R1 held the key: %s%s", w.outcome(), q.note())
+	}
+	t.Release(r1)
+	lkW := t.await(w, t.LongTTL()/2, "reader R1, the only holder, released with writer W first in the queue")
+	q.until(1, r2)
+	if r2.returned() {
+		t.Fatalf("reader R2 %s while writer W held the key%s", r2.outcome(), q.note())
+	}
+	t.Release(lkW)
+	t.Release(t.await(r2, t.LongTTL()/2, "writer W released with reader R2 next in the queue"))
+}
+
+// smallBehindLarge: on a semaphore of 2 with one permit held, a weight-2
+// request queues, and a weight-1 request queues behind it: the free
+// permit must not go to the later, smaller request.
+func smallBehindLarge(t *T) {
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("sem")
+	const n = 2
+	q := &queueing{t: t, l: a, key: key}
+	first := t.TryAcquire(a, key, locker.Limit(n), locker.WithTTL(t.LongTTL()))
+	big := t.startAcquire("the weight-2 request", b, key, locker.Limit(n), locker.Weight(2))
+	q.until(1, big)
+	if big.returned() {
+		t.Fatalf("a weight-2 Acquire on a semaphore of %d with 1 permit held returned: %s%s", n, big.outcome(), q.note())
+	}
+	small := t.startAcquire("the weight-1 request", c, key, locker.Limit(n))
+	q.until(2, big, small)
+	if small.returned() {
+		t.Fatalf("a weight-1 Acquire, queued behind a waiting weight-2 one, %s ahead of it: large requests can starve%s", small.outcome(), q.note())
+	}
+	t.Release(first)
+	lkBig := t.await(big, t.LongTTL()/2, "the only permit holder released with the weight-2 request first in the queue")
+	q.until(1, small)
+	if small.returned() {
+		t.Fatalf("the weight-1 request %s while the weight-2 hold took both permits%s", small.outcome(), q.note())
+	}
+	t.Release(lkBig)
+	t.Release(t.await(small, t.LongTTL()/2, "the weight-2 hold released"))
+}
+
+func caseKindsFencing(t *T) {
+	if !t.Capabilities().Fencing {
+		t.Skipf("the backend mints no fencing tokens (Capabilities().Fencing is false)")
+	}
+	skipUnlessAnyKind(t)
+	if t.Capabilities().Shared {
+		fencesReadWrite(t)
+	}
+	if t.Capabilities().Permits {
+		fencesPermits(t)
+	}
+}
+
+// fencesReadWrite grants a key exclusively, then to two shared holds at
+// once, then exclusively again, and checks the fences in that order.
+func fencesReadWrite(t *T) {
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("rw")
+	e1 := t.Acquire(a, key)
+	f1 := t.holdFence(e1, "the first exclusive hold")
+	t.Release(e1)
+	s1 := t.Acquire(a, key, locker.Shared())
+	f2 := t.holdFence(s1, "the first shared hold")
+	s2 := t.Acquire(b, key, locker.Shared())
+	f3 := t.holdFence(s2, "the second shared hold")
+	t.Release(s1)
+	t.Release(s2)
+	e2 := t.Acquire(c, key)
+	f4 := t.holdFence(e2, "the second exclusive hold")
+	t.Release(e2)
+	got := fmt.Sprintf("exclusive %d, shared %d and %d (held together), exclusive %d", f1, f2, f3, f4)
+	if f2 <= f1 || f3 <= f1 {
+		t.Errorf("a shared hold's fence does not exceed the earlier exclusive hold's: fences in grant order %s", got)
+	}
+	if f3 <= f2 {
+		t.Errorf("the second shared hold's fence does not exceed the first's, granted before it: fences in grant order %s", got)
+	}
+	if f4 <= max(f1, f2, f3) {
+		t.Errorf("the last exclusive hold's fence does not exceed every earlier hold's: fences in grant order %s", got)
+	}
+}
+
+// fencesPermits grants two permits of a semaphore of 2, then, after one
+// release, a third, and checks the fences in that order.
+func fencesPermits(t *T) {
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("sem")
+	sem := locker.Limit(2)
+	p1 := t.Acquire(a, key, sem)
+	f1 := t.holdFence(p1, "the first permit")
+	p2 := t.Acquire(b, key, sem)
+	f2 := t.holdFence(p2, "the second permit")
+	t.Release(p1)
+	p3 := t.Acquire(c, key, sem)
+	f3 := t.holdFence(p3, "the third permit")
+	t.Release(p2)
+	t.Release(p3)
+	if f2 <= f1 || f3 <= f2 {
+		t.Errorf("permits' fences do not increase in grant order: %d, %d (held together), then %d after the first's release", f1, f2, f3)
+	}
+}
+
+func caseCrashedSharedHolder(t *T) {
+	skipUnlessAnyKind(t)
+	if t.Capabilities().Shared {
+		crashedReader(t)
+	}
+	if t.Capabilities().Permits {
+		crashedPermitHolder(t)
+	}
+}
+
+// crashedReader cuts off a shared holder: a writer gets the key within
+// TTL + ExpirySlack.
+func crashedReader(t *T) {
+	a := t.CrashableClient()
+	b := t.Locker()
+	key := t.Key("rw")
+	lk := t.Acquire(a.Locker, key, locker.Shared(), locker.WithTTL(t.TTL()))
+	a.Crash()
+	crashed := time.Now()
+	bound := t.ExpiryBound(t.TTL())
+	w := t.AcquireWithin(b, key, bound, "the only shared holder crashed; an exclusive request")
+	if !t.ClosedWithin(lk.Lost(), time.Until(crashed.Add(bound))) {
+		t.Errorf("the crashed shared holder's Lost() stayed open %v after the crash (TTL %v)", time.Since(crashed), t.TTL())
+	}
+	t.Release(w)
+}
+
+// crashedPermitHolder fills a semaphore of 2 with a live holder and one
+// that it cuts off: the crashed holder's permit, and only it, is free
+// for another within TTL + ExpirySlack.
+func crashedPermitHolder(t *T) {
+	a := t.CrashableClient()
+	b, c := t.Locker(), t.Locker()
+	key := t.Key("sem")
+	sem := locker.Limit(2)
+	lk := t.Acquire(a.Locker, key, sem, locker.WithTTL(t.TTL()))
+	kept := t.TryAcquire(b, key, sem, locker.WithTTL(t.LongTTL()))
+	t.WantNotAcquired(c, key, "both permits of a semaphore of 2 held", sem)
+	a.Crash()
+	crashed := time.Now()
+	bound := t.ExpiryBound(t.TTL())
+	got := t.AcquireWithin(c, key, bound, "one of 2 permit holders crashed, the other holds on", sem)
+	if !t.ClosedWithin(lk.Lost(), time.Until(crashed.Add(bound))) {
+		t.Errorf("the crashed permit holder's Lost() stayed open %v after the crash (TTL %v)", time.Since(crashed), t.TTL())
+	}
+	t.Release(got)
+	t.Release(kept)
+}
+
+func caseCancelledWriter(t *T) {
+	skipUnlessShared(t)
+	a, b, c := t.Locker(), t.Locker(), t.Locker()
+	key := t.Key("k")
+	q := &queueing{t: t, l: a, key: key}
+	r1 := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
+	w := t.startAcquire("writer W", b, key)
+	q.until(1, w)
+	if w.returned() {
+		t.Fatalf("writer W's Acquire returned while reader R1 held the key: %s%s", w.outcome(), q.note())
+	}
+	// Where admission is in queue order R2 queues behind W; elsewhere it
+	// may be admitted beside R1 at once.
+	r2 := t.startAcquire("reader R2", c, key, locker.Shared())
+	q.until(2, w, r2)
+	if w.returned() {
+		t.Fatalf("writer W's Acquire returned while reader R1 held the key: %s%s", w.outcome(), q.note())
+	}
+	w.cancel()
+	if !t.ClosedWithin(w.done, t.LongTTL()/2) {
+		t.Fatalf("writer W's Acquire did not return within %v of its context being cancelled", t.LongTTL()/2)
+	}
+	if w.err == nil {
+		t.Fatalf("writer W got the key, cancelled, while reader R1 held it")
+	}
+	t.WantErr(w.err, context.Canceled, "writer W's Acquire, cancelled while queued")
+	// A backend that polls sees W gone at its next poll: the bound is
+	// generous for it.
+	lkR2 := t.await(r2, t.LongTTL(), "writer W, queued ahead of reader R2, was cancelled, and reader R1 still holds the key")
+	if isClosed(r1.Lost()) {
+		t.Errorf("reader R1's Lost() closed while it held the key with a long TTL: %v", r1.Err())
+	}
+	t.Release(lkR2)
+	t.Release(r1)
+}
+
+func caseKindMismatch(t *T) {
+	skipUnlessPermits(t)
+	shared := t.Capabilities().Shared
+	a, b := t.Locker(), t.Locker()
+	long := locker.WithTTL(t.LongTTL())
+
+	key := t.Key("sem")
+	held := t.TryAcquire(a, key, locker.Limit(2), long)
+	lk, err := b.TryAcquire(t.ctx, key, locker.Limit(3), long)
+	t.wantMismatch(lk, err, "TryAcquire with Limit(3) on a key held with Limit(2)")
+	ctx, cancel := context.WithTimeout(t.ctx, t.LongTTL()/2)
+	lk, err = b.Acquire(ctx, key, locker.Limit(3), long)
+	cancel()
+	t.wantMismatch(lk, err, "Acquire with Limit(3) on a key held with Limit(2), which must fail rather than wait")
+	lk, err = b.TryAcquire(t.ctx, key, long)
+	t.wantMismatch(lk, err, "an exclusive TryAcquire on a key held with Limit(2)")
+	if shared {
+		lk, err = b.TryAcquire(t.ctx, key, locker.Shared(), long)
+		t.wantMismatch(lk, err, "a shared TryAcquire on a key held with Limit(2)")
+	}
+	t.Release(held)
+	// Only holders and waiters that exist count: the key is free for any
+	// kind once they are gone.
+	t.Release(t.TryAcquire(b, key, locker.Limit(3), long))
+
+	if shared {
+		key := t.Key("rw")
+		r := t.TryAcquire(a, key, locker.Shared(), long)
+		lk, err := b.TryAcquire(t.ctx, key, locker.Limit(2), long)
+		t.wantMismatch(lk, err, "TryAcquire with Limit(2) on a key held shared")
+		t.Release(r)
+	}
+
+	key = t.Key("x")
+	x := t.TryAcquire(a, key, long)
+	lk, err = b.TryAcquire(t.ctx, key, locker.Limit(2), long)
+	t.wantMismatch(lk, err, "TryAcquire with Limit(2) on a key held exclusively")
+	t.Release(x)
+	t.Release(t.TryAcquire(b, key, locker.Limit(2), long))
+}
