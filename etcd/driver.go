@@ -110,6 +110,8 @@ func (d *driver) Capabilities() backend.Capabilities {
 		FIFO:          true,
 		WakeOnRelease: true,
 		LossSignal:    true,
+		Shared:        true,
+		Permits:       true,
 		MinTTL:        d.minTTL,
 		MaxTTL:        maxTTL,
 		ExpirySlack:   expirySlack,
@@ -222,17 +224,20 @@ func wrap(ctx context.Context, err error) error {
 // its own, so that a test may block it without holding up the lease's
 // lapse; resync, resynced and change on the watcher's.
 type hooks struct {
-	watching  func(self, watched string) // a waiter is about to wait for watched, the entry just before its own, to go
-	checking  func(self string)          // a waiter is about to look at the entries before its own
-	put       func(entry string)         // the put of a queue entry is about to be sent
-	keepalive func(lease string)         // a keepalive of the lease (id in hex) is about to be sent
-	held      func(entry string)         // a lock was taken, before the watcher learns of it
-	resync    func()                     // the watcher starts, before it looks at every held entry
-	resynced  func()                     // the watcher looked at every held entry, before it starts the watch
-	change    func(key, typ string)      // the watcher applied a change (typ PUT or DELETE) of etcd key
-	due       func()                     // the watcher is about to check whether a lock has been held for watchAfter
-	moved     func(entry string)         // a move's transaction returned, before its outcome is taken in
-	removing  func(entry string)         // the delete of a done lock's entry was started (removeLater), on the goroutine that started it
+	watching func(self, watched string) // a waiter is about to wait for watched, one entry ahead of its own (its predecessor, when exclusive), to go
+	// watchingAll: a waiter is about to wait for any of watched, every
+	// entry ahead of its own, to go.
+	watchingAll func(self string, watched []string)
+	checking    func(self string)     // a waiter is about to look at the entries before its own
+	put         func(entry string)    // the put of a queue entry is about to be sent
+	keepalive   func(lease string)    // a keepalive of the lease (id in hex) is about to be sent
+	held        func(entry string)    // a lock was taken, before the watcher learns of it
+	resync      func()                // the watcher starts, before it looks at every held entry
+	resynced    func()                // the watcher looked at every held entry, before it starts the watch
+	change      func(key, typ string) // the watcher applied a change (typ PUT or DELETE) of etcd key
+	due         func()                // the watcher is about to check whether a lock has been held for watchAfter
+	moved       func(entry string)    // a move's transaction returned, before its outcome is taken in
+	removing    func(entry string)    // the delete of a done lock's entry was started (removeLater), on the goroutine that started it
 }
 
 var testHooks atomic.Pointer[hooks]

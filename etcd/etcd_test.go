@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,68 +97,110 @@ func (r *recorder) count(typ mvccpb.Event_EventType) int {
 
 // TestLostReplyCleanup: an acquire whose request is applied but whose reply
 // never arrives (the caller's context ends while the request is on the
-// server) must delete what it created before it reports the failure.
+// server) must delete what it created before it reports the failure,
+// whatever the kind of hold (each puts its entry by a transaction of its
+// own form).
 func TestLostReplyCleanup(t *testing.T) {
 	addr := testenv.Hosts(t, testenv.Get(t, testenv.EtcdURL))[0]
 	raw := rawClient(t, addr)
 	other := open(t, "etcd://"+addr)
-	for _, mode := range []string{"try-acquire", "acquire"} {
-		t.Run(mode, func(t *testing.T) {
-			p := testenv.Proxy(t, addr)
-			slow := open(t, "etcd://"+p.Addr())
-			ctx := context.Background()
-			// Take the shared lease first, so that the attempt below is the
-			// transaction alone.
-			warm, err := slow.Acquire(ctx, uniqueKey("warm-up"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			warm.Release(ctx)
-
-			// The proxy holds the server's replies back; once the put is
-			// seen applied, the caller gives up. The call may return only
-			// after its cleanup, whose reply is held too: release the
-			// replies once the cleanup's delete is seen.
-			key := uniqueKey("lost-reply")
-			rec := watchPrefix(t, raw, etcd.QueuePrefix(etcd.DefaultNamespace, key))
-			p.HoldReplies(true)
-			actx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			errc := make(chan error, 1)
-			go func() {
-				var lk locker.Lock
-				var err error
-				if mode == "acquire" {
-					lk, err = slow.Acquire(actx, key)
-				} else {
-					lk, err = slow.TryAcquire(actx, key)
-				}
-				if err == nil {
-					lk.Release(ctx)
-				}
-				errc <- err
-			}()
-			testenv.WaitFor(t, 10*time.Second, "the server applies the put", func() bool {
-				return rec.count(mvccpb.PUT) > 0
-			})
-			cancel()
-			testenv.WaitFor(t, 10*time.Second, "the server applies the cleanup's delete", func() bool {
-				return rec.count(mvccpb.DELETE) > 0
-			})
-			p.HoldReplies(false)
-			if err := <-errc; !errors.Is(err, context.Canceled) {
-				t.Fatalf("%s cancelled while its reply was held: %v, want a cancellation error", mode, err)
-			}
-			if q := queue(t, raw, etcd.QueuePrefix(etcd.DefaultNamespace, key)); len(q) != 0 {
-				t.Fatalf("after the failed %s its entry is still queued: %q", mode, q)
-			}
-			lk, err := other.TryAcquire(ctx, key)
-			if err != nil {
-				t.Fatalf("the lost acquire left the key taken: %v", err)
-			}
-			lk.Release(ctx)
-		})
+	kinds := []struct {
+		name string
+		opts []locker.Option
+	}{{"exclusive", nil}, {"shared", []locker.Option{locker.Shared()}}, {"permit", []locker.Option{locker.Limit(2)}}}
+	for _, kind := range kinds {
+		modes := []string{"try-acquire", "acquire"}
+		if kind.opts != nil {
+			// A TryAcquire beside holders puts its entry by a second,
+			// conditional transaction, after a read.
+			modes = append(modes, "try-acquire-busy")
+		}
+		for _, mode := range modes {
+			t.Run(kind.name+"/"+mode, func(t *testing.T) { testLostReplyCleanup(t, addr, raw, other, mode, kind.opts) })
+		}
 	}
+}
+
+// testLostReplyCleanup is one case of TestLostReplyCleanup: mode's call
+// (Acquire or TryAcquire) with opts on a free key.
+func testLostReplyCleanup(t *testing.T, addr string, raw *clientv3.Client, other locker.Locker, mode string, opts []locker.Option) {
+	p := testenv.Proxy(t, addr)
+	slow := open(t, "etcd://"+p.Addr())
+	ctx := context.Background()
+	// Take the shared lease first, so that the attempt below is the
+	// transaction alone.
+	warm, err := slow.Acquire(ctx, uniqueKey("warm-up"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Release(ctx)
+
+	// The proxy holds the server's replies back; once the put is
+	// seen applied, the caller gives up. The call may return only
+	// after its cleanup, whose reply is held too: release the
+	// replies once the cleanup's delete is seen.
+	key := uniqueKey("lost-reply")
+	prefix := etcd.QueuePrefix(etcd.DefaultNamespace, key)
+	var busy locker.Lock
+	if mode == "try-acquire-busy" {
+		// Another client holds a share; the replies are held back from
+		// the second put on (the first reads the queue).
+		if busy, err = other.Acquire(ctx, key, opts...); err != nil {
+			t.Fatal(err)
+		}
+		var puts atomic.Int32
+		etcd.SetHooks(t, etcd.Hooks{Put: func(entry string) {
+			if strings.HasPrefix(entry, prefix) && puts.Add(1) == 2 {
+				p.HoldReplies(true)
+			}
+		}})
+	} else {
+		p.HoldReplies(true)
+	}
+	rec := watchPrefix(t, raw, prefix)
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		var lk locker.Lock
+		var err error
+		if mode == "acquire" {
+			lk, err = slow.Acquire(actx, key, opts...)
+		} else {
+			lk, err = slow.TryAcquire(actx, key, opts...)
+		}
+		if err == nil {
+			lk.Release(ctx)
+		}
+		errc <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the server applies the put", func() bool {
+		return rec.count(mvccpb.PUT) > 0
+	})
+	cancel()
+	testenv.WaitFor(t, 10*time.Second, "the server applies the cleanup's delete", func() bool {
+		return rec.count(mvccpb.DELETE) > 0
+	})
+	p.HoldReplies(false)
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("%s cancelled while its reply was held: %v, want a cancellation error", mode, err)
+	}
+	if busy != nil {
+		if q := queue(t, raw, prefix); len(q) != 1 {
+			t.Fatalf("after the failed %s the queue is %q, want the other holder's entry alone", mode, q)
+		}
+		if err := busy.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := queue(t, raw, prefix); len(q) != 0 {
+		t.Fatalf("after the failed %s its entry is still queued: %q", mode, q)
+	}
+	lk, err := other.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("the lost acquire left the key taken: %v", err)
+	}
+	lk.Release(ctx)
 }
 
 // TestRetriedReleaseSparesNewerHolder is the scenario of etcd issue 22082:

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"time"
 
@@ -14,75 +15,100 @@ import (
 var _ backend.Inspector = (*driver)(nil)
 
 // Inspect implements backend.Inspector: the lock's queue entries ordered
-// by create revision, in one linearizable read. The first is the holder:
-// its create revision is the fence (the holder's Lock.Fence), and the
-// remaining TTL of its lease, in whole seconds as etcd counts them, is
-// the TTL (unknown if the lease ended between the two reads). The rest
-// are waiters. Tokens are not stored on the server.
+// by create revision, in one linearizable read, judged by backend.Admit
+// from the claims their names carry, as the waiters judge themselves. The
+// entries it admits are the holders (Holder.Holds), always the first ones,
+// in queue order, which is the order they were granted in; the rest are
+// the waiters (Holder.Queue), in queue order, including one that
+// disagrees with the key and is about to remove itself. A holder's create
+// revision is its fence (its Lock.Fence), and the remaining TTL of its
+// lease, in whole seconds as etcd counts them, is its TTL (unknown if the
+// lease ended between the reads). Tokens are not stored on the server.
 //
 // Detail: "queue", the etcd key prefix of the lock's queue; for a held
-// key, "entry" (the holder's etcd key), "lease" (its id in hex) and "lease
-// granted" (the TTL the lease was granted with, that of the lock).
+// key, the first holder's "entry" (its etcd key), "lease" (its id in hex)
+// and "lease granted" (the TTL the lease was granted with, that of the
+// lock). Each Hold's Detail has its own "entry" and "lease", and a
+// holder's "lease granted".
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
 	qp := d.queuePrefix(key)
-	first, n, err := d.first(ctx, qp)
+	kvs, err := d.queue(ctx, qp)
 	if err != nil {
 		return backend.Holder{}, err
 	}
+	holders, cs := admitted(qp, kvs)
 	h := backend.Holder{WaitersKnown: true, Detail: map[string]string{"queue": qp}}
-	if first == nil {
-		return h, nil
+	ttls := map[int64]*clientv3.LeaseTimeToLiveResponse{} // by lease: holders may share one
+	for i, kv := range kvs {
+		hd := backend.Hold{Kind: cs[i].Kind, Limit: cs[i].Limit, Weight: cs[i].Weight,
+			Detail: map[string]string{"entry": string(kv.Key), "lease": "none"}}
+		if kv.Lease != 0 {
+			hd.Detail["lease"] = strconv.FormatInt(kv.Lease, 16)
+		}
+		if i >= holders {
+			h.Queue = append(h.Queue, hd)
+			continue
+		}
+		hd.Fence, hd.Fenced = uint64(kv.CreateRevision), true
+		if kv.Lease != 0 {
+			ttl, ok := ttls[kv.Lease]
+			if !ok {
+				if ttl, err = d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+					return backend.Holder{}, wrap(ctx, err)
+				}
+				ttls[kv.Lease] = ttl
+			}
+			if ttl.TTL >= 0 { // -1: the lease is gone
+				hd.TTL, hd.TTLKnown = time.Duration(ttl.TTL)*time.Second, true
+				hd.Detail["lease granted"] = (time.Duration(ttl.GrantedTTL) * time.Second).String()
+			}
+		}
+		h.Holds = append(h.Holds, hd)
 	}
-	h.Held = true
-	h.Fence, h.Fenced = uint64(first.CreateRevision), true
-	h.Waiters = n - 1
-	h.Detail["entry"] = string(first.Key)
-	if first.Lease == 0 {
-		h.Detail["lease"] = "none"
-		return h, nil
-	}
-	h.Detail["lease"] = strconv.FormatInt(first.Lease, 16)
-	resp, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(first.Lease))
-	if err != nil {
-		return backend.Holder{}, wrap(ctx, err)
-	}
-	if resp.TTL >= 0 { // -1: the lease is gone
-		h.TTL, h.TTLKnown = time.Duration(resp.TTL)*time.Second, true
-		h.Detail["lease granted"] = (time.Duration(resp.GrantedTTL) * time.Second).String()
+	h.Waiters = len(h.Queue)
+	if len(h.Holds) > 0 {
+		first := h.Holds[0]
+		h.Held = true
+		h.Fence, h.Fenced = first.Fence, true
+		h.TTL, h.TTLKnown = first.TTL, first.TTLKnown
+		maps.Copy(h.Detail, first.Detail)
 	}
 	return h, nil
 }
 
-// first returns the first entry of the queue with prefix qp (nil when it
-// is empty) and how many entries the queue has.
-func (d *driver) first(ctx context.Context, qp string) (*mvccpb.KeyValue, int, error) {
-	resp, err := d.cli.Get(ctx, qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+// queue returns the entries of the queue with prefix qp, oldest first.
+func (d *driver) queue(ctx context.Context, qp string) ([]*mvccpb.KeyValue, error) {
+	resp, err := d.cli.Get(ctx, qp, clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithKeysOnly())
 	if err != nil {
-		return nil, 0, wrap(ctx, err)
+		return nil, wrap(ctx, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, 0, nil
-	}
-	return resp.Kvs[0], int(resp.Count), nil
+	return resp.Kvs, nil
 }
 
-// ForceRelease implements backend.Inspector: it deletes the first entry of
-// the lock's queue, the holder's, on the condition that its create
-// revision is still the one read, so that it never deletes a waiter's
-// entry that has become first meanwhile; should the holder have let go
-// in between, nothing is deleted and ForceRelease reports false. The
-// waiter behind the holder watches its entry and is woken as by a
-// release. The holder learns of it as soon as its Locker's watch delivers
-// the deletion (for a lock held under 100 ms, when that watch starts and
-// reads the held entries), and its Lost closes.
+// ForceRelease implements backend.Inspector: it deletes the entries of
+// the lock's holders, as Inspect finds them, each on the condition that
+// its create revision is still the one read, so that it never deletes a
+// waiter's entry, not even one granted meanwhile under a reused name;
+// should every holder have let go in between, nothing is deleted and
+// ForceRelease reports false. The waiters watching those entries are
+// woken as by a release. Each holder learns of it as soon as its Locker's
+// watch delivers the deletion (for a lock held under 100 ms, when that
+// watch starts and reads the held entries), and its Lost closes.
 func (d *driver) ForceRelease(ctx context.Context, key string) (bool, error) {
-	first, _, err := d.first(ctx, d.queuePrefix(key))
-	if err != nil || first == nil {
+	qp := d.queuePrefix(key)
+	kvs, err := d.queue(ctx, qp)
+	if err != nil {
 		return false, err
 	}
-	resp, err := d.deleteEntry(ctx, string(first.Key), first.CreateRevision)
-	if err != nil {
-		return false, wrap(ctx, err)
+	holders, _ := admitted(qp, kvs)
+	released := false
+	for _, kv := range kvs[:holders] {
+		resp, err := d.deleteEntry(ctx, string(kv.Key), kv.CreateRevision)
+		if err != nil {
+			return released, wrap(ctx, err)
+		}
+		released = released || resp.Succeeded
 	}
-	return resp.Succeeded, nil
+	return released, nil
 }

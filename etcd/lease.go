@@ -311,13 +311,14 @@ func (l *lease) unregister(h *held) {
 }
 
 // reserve returns a name for a new queue entry of the lock whose queue is
-// qp: the lease's id, and a number if another entry of this lease is in
-// that queue. Reusing names keeps etcd's index small: it keeps every name
-// ever deleted until the next compaction, and reads of a queue walk them
-// all. A name is reserved until its entry is known to be deleted, so an
-// entry is never put under the name of one that may still exist. It
+// qp: the lease's id, and a number if another entry of this lease with
+// the same claim is in that queue, then claim (see claimSuffix; "" for an
+// exclusive hold). Reusing names keeps etcd's index small: it keeps every
+// name ever deleted until the next compaction, and reads of a queue walk
+// them all. A name is reserved until its entry is known to be deleted, so
+// an entry is never put under the name of one that may still exist. It
 // returns false if the lease is dead.
-func (l *lease) reserve(qp string) (string, bool) {
+func (l *lease) reserve(qp, claim string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isDead() {
@@ -328,6 +329,9 @@ func (l *lease) reserve(qp string) (string, bool) {
 		name := base
 		if n > 0 {
 			name += "-" + strconv.Itoa(n)
+		}
+		if claim != "" {
+			name += claim
 		}
 		if !l.names[name] {
 			l.names[name] = true

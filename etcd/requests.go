@@ -13,26 +13,54 @@ const (
 	// putIfFreeElseFirst: only if the queue is empty; otherwise read its
 	// first entry's key and create revision.
 	putIfFreeElseFirst
+	// putIfFreeElseQueue: only if the queue is empty; otherwise read the
+	// whole queue (readQueue).
+	putIfFreeElseQueue
+	// putIfNoneSince: only if no entry of the queue was created after
+	// revision since (so the queue is as read then, or shorter); otherwise
+	// read the whole queue.
+	putIfNoneSince
 	// putAlways: join the queue, whatever is in it.
 	putAlways
+	// putAndRead: join the queue, and read the whole queue, our entry
+	// included, in the same transaction.
+	putAndRead
 )
 
 // putEntry puts queue entry key, on lease, into the queue whose prefix is
-// qp, in one transaction of the given form. The put hook sees it just before
-// it is sent.
-func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+// qp, in one transaction of the given form (since is putIfNoneSince's).
+// The put hook sees it just before it is sent.
+func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease clientv3.LeaseID, since int64) (*clientv3.TxnResponse, error) {
 	if h := testHooks.Load(); h != nil && h.put != nil {
 		h.put(key)
 	}
 	t := d.cli.Txn(ctx)
-	if form != putAlways {
+	switch form {
+	case putIfFree, putIfFreeElseFirst, putIfFreeElseQueue:
 		t = t.If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix())
+	case putIfNoneSince:
+		// A comparison over a range holds when it holds for every key in
+		// it (and for none, when the range is empty).
+		t = t.If(clientv3.Compare(clientv3.CreateRevision(qp), "<", since+1).WithPrefix())
 	}
-	t = t.Then(clientv3.OpPut(key, "", clientv3.WithLease(lease)))
-	if form == putIfFreeElseFirst {
+	put := clientv3.OpPut(key, "", clientv3.WithLease(lease))
+	if form == putAndRead {
+		return t.Then(put, readQueue(qp)).Commit()
+	}
+	t = t.Then(put)
+	switch form {
+	case putIfFreeElseFirst:
 		t = t.Else(clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
+	case putIfFreeElseQueue, putIfNoneSince:
+		t = t.Else(readQueue(qp))
 	}
 	return t.Commit()
+}
+
+// readQueue reads the keys of the queue whose prefix is qp, oldest first.
+func readQueue(qp string, opts ...clientv3.OpOption) clientv3.Op {
+	return clientv3.OpGet(qp, append([]clientv3.OpOption{clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithKeysOnly()}, opts...)...)
 }
 
 // deleteEntry deletes key if its create revision is rev: the entry we put,
