@@ -43,22 +43,28 @@ var ErrUnsupported = errors.New("not supported by this backend")
 //     TTL, and the queued waiters.
 //   - redis: the lock key's token and PTTL, and the fence counter's value,
 //     which is the holder's fence (Fenced is false if the counter is gone:
-//     it outlives an acquisition by 24 hours). Waiters are unknown: they
-//     wait for release notices and nothing on the server counts them.
-//     Detail names the lock and fence keys.
+//     it outlives an acquisition by 24 hours); for shared and permit
+//     holds, each holder's token, fence and remaining TTL from the key's
+//     hash. Waiters are unknown: they wait for release notices and
+//     nothing on the server counts them. Detail names the lock and fence
+//     keys.
 //   - redlock: each node's token and PTTL (Detail, one entry per node); the
 //     lock is Held when a majority of all nodes hold one token, and TTL is
-//     how long a majority still has it. No fence, and waiters unknown, as
-//     with redis. Fewer than a majority of nodes answering is an error.
-//   - zookeeper: the key node's children in queue order: the first is the
-//     holder, whose czxid is the fence and whose ephemeral owner is its
-//     session (Detail); the rest are waiters. The remaining TTL is the
-//     session's and is not known (TTLKnown is false); Detail gives the
-//     session timeout when the session is one of this Locker's.
-//   - etcd: the key's queue entries by create revision: the first is the
-//     holder, its create revision the fence, its lease's remaining TTL
-//     (whole seconds, as etcd counts them) the TTL; the rest are
-//     waiters. Detail names the entry and the lease.
+//     how long a majority still has it; shared and permit holders are
+//     those on a quorum of nodes, in token order (the nodes keep no grant
+//     order). No fence, and waiters unknown, as with redis. Fewer than a
+//     majority of nodes answering is an error.
+//   - zookeeper: the key node's children in queue order: the front that
+//     backend.Admit admits are the holders, whose czxid is the fence and
+//     whose ephemeral owner is its session (Detail); the rest are
+//     waiters. The remaining TTL is the session's and is not known
+//     (TTLKnown is false); Detail gives the session timeout when the
+//     session is one of this Locker's.
+//   - etcd: the key's queue entries by create revision: the front that
+//     backend.Admit admits are the holders, each with its create revision
+//     as the fence and its lease's remaining TTL (whole seconds, as etcd
+//     counts them) as the TTL; the rest are waiters. Detail names the
+//     entry and the lease.
 func Inspect(ctx context.Context, l Locker, key string) (Holder, error) {
 	c, in, err := inspector(ctx, l, opInspect, key)
 	if err != nil {
