@@ -94,6 +94,7 @@ const (
 	maxBackoff   = time.Second     // between passes over the servers that all failed
 	firstBackoff = 10 * time.Millisecond
 	stable       = time.Second // a connection that lasts less is followed by a pause
+	minAnswer    = time.Second // the shortest wait for the answer to a session request
 	bufSize      = 32 << 10
 )
 
@@ -103,6 +104,31 @@ const (
 // a pass over every server fits in the session's life; at least a second.
 func connectTimeout(session time.Duration, n int) time.Duration {
 	return max(session/time.Duration(n), time.Second)
+}
+
+// answerTimeout bounds the wait for the answer to a session request sent
+// on a connection just made, within connect, connectTimeout's bound: an
+// eighth of it (at least minAnswer), or three times rtt, the slowest round
+// trip the latest connection showed, if that is longer; doubled for each
+// of the unanswered requests sent since the last answered one.
+//
+// Waiting out the whole of connect for every request would let one
+// connection that is accepted and never answered hold the session up for
+// as long as the server keeps it: a ZooKeeper server that is starting
+// accepts connections before it serves them, and one it fails to refuse
+// (3.8's NIOServerCnxn.close throws before closing the socket while the
+// database is not loaded yet) stays open and silent for good. The next
+// request, on a new connection, is answered once the server runs. A link
+// slow enough to miss the first bound gets a longer one on each try, up
+// to connect; one already seen to be slow (a handshake that took long, a
+// connection dropped for silence) gets the bound it needs at once, so that
+// it resumes its session at the first try as it did with connect alone.
+func answerTimeout(connect, rtt time.Duration, unanswered int) time.Duration {
+	d := max(connect/8, minAnswer, 3*rtt)
+	for i := 0; i < unanswered && d < connect; i++ {
+		d *= 2
+	}
+	return min(d, connect)
 }
 
 // A Conn is a ZooKeeper session over one connection at a time. Its
@@ -155,6 +181,13 @@ type Conn struct {
 	watches  map[string][]chan gozk.Event // data watches, by path
 	children map[string][]chan gozk.Event // child watches, by path
 	curSrv   string
+	// rtt is the slowest round trip the latest connection showed: its
+	// handshake's, or the silence that ended it. unanswered counts the
+	// session requests that got no answer in time since the last one
+	// answered. Both set how long the next one is waited for
+	// (answerTimeout).
+	rtt        time.Duration
+	unanswered int
 }
 
 type auth struct {
@@ -362,7 +395,9 @@ func (c *Conn) notify(ch Change) {
 }
 
 // connect dials server, opens or resumes the session on it (adopt), and
-// opens the connection to requests (open).
+// opens the connection to requests (open). The dial and the handshake
+// share connectTimeout; the answer to the session request is waited for
+// no longer than answerTimeout.
 func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 	timeout := connectTimeout(c.cfg.SessionTimeout, len(c.servers))
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
@@ -372,6 +407,9 @@ func (c *Conn) connect(server string) (net.Conn, *frameReader, error) {
 		return nil, nil, err
 	}
 	deadline, _ := ctx.Deadline() // the dial and the handshake share the timeout
+	if d := time.Now().Add(answerTimeout(timeout, c.rtt, c.unanswered)); d.Before(deadline) {
+		deadline = d
+	}
 	fr, resp, err := c.handshake(nc, deadline)
 	c.wmu.Lock()
 	c.dialing = nil // from here Close finds the connection in c.nc, or open finds Close
@@ -478,16 +516,23 @@ func (c *Conn) open(nc net.Conn, timeout time.Duration) error {
 }
 
 // handshake sends the connect request and reads the server's answer,
-// both by deadline.
+// both by deadline, and keeps the round trip, or the request's going
+// unanswered, for the next one's bound (answerTimeout).
 func (c *Conn) handshake(nc net.Conn, deadline time.Time) (*frameReader, connectResponse, error) {
 	nc.SetDeadline(deadline)
 	req := connectRequest{lastZxid: c.lastZxid, timeout: c.askMs, session: c.session.Load(), passwd: c.passwd}
-	c.lastSent.Store(time.Now().UnixNano())
+	sent := time.Now()
+	c.lastSent.Store(sent.UnixNano())
 	fr := newFrameReader(nc)
 	resp, err := requestSession(nc, fr, &req)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.unanswered++
+		return nil, resp, fmt.Errorf("%w (waited %v)", err, time.Since(sent).Round(time.Millisecond))
+	}
 	if err != nil {
 		return nil, resp, err
 	}
+	c.rtt, c.unanswered = time.Since(sent), 0
 	if resp.timeout <= 0 {
 		if req.session != 0 {
 			return nil, resp, errExpired
@@ -562,8 +607,11 @@ func (c *Conn) serve(nc net.Conn, fr *frameReader) error {
 			return err
 		}
 		now := time.Now()
-		if now.Sub(lastRecv) >= recvTimeout {
-			return fmt.Errorf("nothing received for %v", now.Sub(lastRecv).Round(time.Millisecond))
+		if silence := now.Sub(lastRecv); silence >= recvTimeout {
+			// The link may be that slow rather than the server gone: the
+			// next handshake waits long enough for an answer over it.
+			c.rtt = max(c.rtt, silence)
+			return fmt.Errorf("nothing received for %v", silence.Round(time.Millisecond))
 		}
 		if now.Sub(time.Unix(0, c.lastSent.Load())) >= pingEvery {
 			c.ping(nc)

@@ -47,9 +47,15 @@
 // session timeout shared among the servers (at least a second), as in the
 // Java client: on a link slower than two thirds of the timeout,
 // connections keep dropping for silence, but each reconnect resumes the
-// session and what is sent on it is applied. A connection that lasted less
-// than a second is followed by a pause (10 ms, doubling up to a second),
-// and so is a pass over the servers that all failed.
+// session and what is sent on it is applied. The answer to the session
+// request is waited for less, though: an eighth of that (at least a
+// second), or three times the round trip the link last showed (its latest
+// handshake, or the silence that dropped the connection) if longer, and
+// twice as long after each request left unanswered: a starting ZooKeeper
+// server may accept a connection and never answer it, and the session
+// must not spend its whole timeout on that one. A connection that lasted
+// less than a second is followed by a pause (10 ms, doubling up to a
+// second), and so is a pass over the servers that all failed.
 //
 // A caller's request is encoded on the caller's goroutine and written by
 // it, under a mutex that also hands out the xid and appends the request to
