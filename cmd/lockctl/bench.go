@@ -32,6 +32,9 @@ type benchCmd struct {
 	out       string
 
 	recoveryRounds int
+	readers        int
+	writeEvery     time.Duration
+	permits        int
 }
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -60,6 +63,20 @@ Scenarios (--scenario, default all):
   recovery     a holder process ("lockctl run") killed with SIGKILL while a
                waiter waits: the time until the waiter holds the lock,
                against TTL + ExpirySlack + one round trip
+  read-write   --readers clients stream read locks on one key while a writer
+               asks for the write lock every --write-every: the readers'
+               rate, the writer's p50/p99 and longest wait, and the writes
+               still waiting at a step's end (starved: where the backend
+               keeps no queue, overlapping readers hold a writer off);
+               against etcd's recipe.RWMutex on etcd
+  semaphore    twice --permits clients on a semaphore of --permits: permits
+               granted per second at the limit, the wait for one, and the
+               most held at once
+
+read-write and semaphore run the Locker where its backend admits shared
+holds or semaphores (Capabilities.Shared, Capabilities.Permits), and say
+so where it does not. No raw design takes part in them: the servers have
+no primitive for either, and the raw designs never wait.
 
 Latencies go into HDR histograms. The summary goes to standard output (a
 table, or JSON with --json); --out DIR also writes report.json,
@@ -88,12 +105,16 @@ lockctl-bench/<random>/, so a run is safe on a shared deployment.`,
 	f.IntVar(&b.heldLocks, "held-locks", 10000, "locks held at once in the held-locks scenario (100000 for the scale target)")
 	f.DurationVar(&b.heldTTL, "held-ttl", 3*time.Second, "TTL of the locks of the held-locks scenario, held for two of them")
 	f.IntVar(&b.recoveryRounds, "recovery-rounds", 3, "holders the recovery scenario kills per deployment")
+	f.IntVar(&b.readers, "readers", bench.DefaultReaders, "clients streaming read locks in the read-write scenario")
+	f.DurationVar(&b.writeEvery, "write-every", bench.DefaultWriteEvery, "the read-write scenario's writer's pause between write locks")
+	f.IntVar(&b.permits, "permits", bench.DefaultPermits, "the semaphore scenario's permits (twice as many clients contend)")
 	f.StringVar(&b.out, "out", "", "directory to write report.json, report.md and report.html to")
 	return c
 }
 
 func (b *benchCmd) settings() (bench.Settings, error) {
-	s := bench.Settings{Scenarios: b.scenarios, Duration: b.duration, Clients: b.clients, Waiters: b.waiters, RTT: b.rtt, HeldLocks: b.heldLocks, HeldTTL: b.heldTTL, RecoveryRounds: b.recoveryRounds}
+	s := bench.Settings{Scenarios: b.scenarios, Duration: b.duration, Clients: b.clients, Waiters: b.waiters, RTT: b.rtt, HeldLocks: b.heldLocks, HeldTTL: b.heldTTL, RecoveryRounds: b.recoveryRounds,
+		Readers: b.readers, WriteEvery: b.writeEvery, Permits: b.permits}
 	for _, sc := range s.Scenarios {
 		if !bench.ValidScenario(sc) {
 			return s, fmt.Errorf("--scenario %q: want one of %s", sc, strings.Join(bench.Scenarios, ", "))
@@ -110,6 +131,12 @@ func (b *benchCmd) settings() (bench.Settings, error) {
 		return s, fmt.Errorf("--recovery-rounds %d: want a positive count", s.RecoveryRounds)
 	case s.HeldTTL <= 0:
 		return s, fmt.Errorf("--held-ttl %v: want a positive duration", s.HeldTTL)
+	case s.Readers <= 0 || s.Readers > 10000:
+		return s, fmt.Errorf("--readers %d: want a count from 1 to 10000", s.Readers)
+	case s.WriteEvery <= 0:
+		return s, fmt.Errorf("--write-every %v: want a positive duration", s.WriteEvery)
+	case s.Permits <= 0 || s.Permits > 5000:
+		return s, fmt.Errorf("--permits %d: want a count from 1 to 5000 (twice as many clients contend)", s.Permits)
 	}
 	for _, n := range append(append([]int(nil), s.Clients...), s.Waiters...) {
 		if n <= 0 || n > 10000 {

@@ -30,7 +30,7 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, r.stdout)
 	}
-	for _, sc := range []string{"uncontended", "throughput", "hot-key", "fresh-keys", "fanout", "held-locks", "recovery"} {
+	for _, sc := range []string{"uncontended", "throughput", "hot-key", "fresh-keys", "fanout", "held-locks", "recovery", "read-write", "semaphore"} {
 		if !strings.Contains(r.stderr, sc+":") {
 			t.Errorf("the progress does not mention %s:\n%s", sc, r.stderr)
 		}
@@ -74,6 +74,25 @@ func TestBench(t *testing.T) {
 			t.Errorf("recovery: no result on %s", b)
 		}
 	}
+	// read-write and semaphore: the Locker where its backend admits the
+	// kind, a note naming the capability where it does not; etcd's
+	// recipe.RWMutex in read-write.
+	notes := strings.Join(rep.Notes, "\n")
+	for _, be := range rep.Backends {
+		for _, k := range []struct {
+			scenario, capability string
+			admits               bool
+		}{{"read-write", "Capabilities.Shared", be.Shared}, {"semaphore", "Capabilities.Permits", be.Permits}} {
+			ran := got[cell{k.scenario, be.Name, bench.KindLocker}] == 1
+			noted := strings.Contains(notes, k.scenario+": "+be.Name+" locker: not run") && strings.Contains(notes, k.capability+" is false")
+			if ran != k.admits || noted == k.admits {
+				t.Errorf("%s on %s (admits: %v): %d Locker results, noted %v", k.scenario, be.Name, k.admits, got[cell{k.scenario, be.Name, bench.KindLocker}], noted)
+			}
+		}
+	}
+	if got[cell{"read-write", "etcd", bench.KindPeer}] != 1 {
+		t.Errorf("read-write: no recipe.RWMutex result on etcd")
+	}
 	for _, n := range []string{"redlock-3", "redlock-5"} {
 		if got[cell{"fanout", n, bench.KindLocker}] != 1 || got[cell{"fanout", n, bench.KindRaw}] != 1 {
 			t.Errorf("fanout: no locker and raw results on %s", n)
@@ -107,6 +126,9 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "--url", "memory://", "--scenario", "warp"}, `--scenario "warp"`},
 		{[]string{"bench", "--url", "memory://", "--duration", "0s"}, "--duration"},
 		{[]string{"bench", "--url", "memory://", "--clients", "0"}, "--clients"},
+		{[]string{"bench", "--url", "memory://", "--readers", "0"}, "--readers 0: want a count from 1 to 10000"},
+		{[]string{"bench", "--url", "memory://", "--write-every", "-1s"}, "--write-every -1s: want a positive duration"},
+		{[]string{"bench", "--url", "memory://", "--permits", "0"}, "--permits 0: want a count from 1 to 5000"},
 		{[]string{"bench", "--url", "nosuch://x", "--scenario", "uncontended"}, "nosuch"},
 	} {
 		r := runApp(t, nil, tc.args...)

@@ -41,8 +41,10 @@ func TestReportsInBrowser(t *testing.T) {
 	t.Parallel()
 	benchDir, chaosDir := t.TempDir(), t.TempDir()
 	// Both runs at once: every chart bench draws (latency, throughput,
-	// hot key, recovery, memory) on two backends, and two chaos cells.
-	b := start(t, testEnv(t), "bench", "--url", redis, "--url", zk, "--scenario", "uncontended,throughput,hot-key,recovery,held-locks",
+	// hot key, recovery, memory) on two backends, read-write and
+	// semaphore on the embedded one too (which admits both), and two
+	// chaos cells.
+	b := start(t, testEnv(t), "bench", "--url", redis, "--url", zk, "--url", "memory://", "--scenario", "uncontended,throughput,hot-key,recovery,held-locks,read-write,semaphore",
 		"--duration", "40ms", "--clients", "1,2", "--waiters", "2", "--held-locks", "50", "--held-ttl", "1s", "--recovery-rounds", "1", "--out", benchDir)
 	c := start(t, testEnv(t), "chaos", "--url", redis, "--scenario", "pause,kill", "--rounds", "1", "--ttl", "1s", "--out", chaosDir)
 	if code := b.wait(t, 2*time.Minute); code != 0 {
@@ -224,6 +226,10 @@ func benchCharts(r *bench.Report) map[string]chartWant {
 			add("chart-recovery", false)
 		case res.Memory != nil:
 			add("chart-memory", false)
+		case res.ReadWrite != nil:
+			add("chart-read-write", false)
+		case res.Semaphore != nil:
+			add("chart-semaphore", false)
 		}
 	}
 	return want

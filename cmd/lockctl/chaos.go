@@ -57,6 +57,16 @@ whether the key could be taken again once every fault had cleared.
 
 Scenarios (--scenario, default all; each runs on the backends it applies to):
 ` + scenarioHelp() + `
+The scenarios of shared holds and semaphores (pause-writer, pause-shared,
+pause-permit, kill-shared, kill-permit) run where the backend admits them
+(Capabilities.Shared, Capabilities.Permits); elsewhere the report notes
+that they did not run, and why. For them the resource judges a shared
+holder's access as a read and the others' as writes, by the key's rule
+applied to fences: a reader is refused once a newer writer has written, a
+writer once anyone newer has accessed, a permit holder once newer holders
+take the permits it needs. Overlaps count beliefs against the rule: a
+writer beside anyone, more permits than the limit.
+
 The scenarios that restart servers or move a server's clock run on Redis
 servers lockctl starts itself (redis-server on $PATH, or --redis-server),
 and the leader scenarios on a three-member etcd cluster or ZooKeeper

@@ -187,7 +187,7 @@ func TestCheckJSON(t *testing.T) {
 			t.Errorf("progress line %q has no estimate of the time left", l)
 		}
 	}
-	r = runLockctl(t, testEnv(t), "check", "--list", "--json", "--cases", "fencing")
+	r = runLockctl(t, testEnv(t), "check", "--list", "--json", "--cases", "^fencing$")
 	var cases []map[string]string
 	if err := json.Unmarshal([]byte(r.stdout), &cases); err != nil || len(cases) != 1 || cases[0]["name"] != "fencing" || cases[0]["rule"] == "" {
 		t.Errorf("check --list --json: %v\n%s", err, r.stdout)

@@ -217,11 +217,14 @@ type result struct {
 	stdout, stderr string
 }
 
-// runLockctl runs lockctl with args to its end (at most a minute).
+// runLockctl runs lockctl with args to its end. The bound, three minutes,
+// catches a hang, not slowness: check runs its whole suite, about half a
+// minute alone on one backend, and make test runs every backend's at once
+// beside other packages.
 func runLockctl(t *testing.T, env []string, args ...string) result {
 	t.Helper()
 	p := start(t, env, args...)
-	code := p.wait(t, time.Minute)
+	code := p.wait(t, 3*time.Minute)
 	return result{code: code, stdout: p.stdout.String(), stderr: p.stderr.String()}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/backend"
 )
 
 func init() {
@@ -28,16 +30,25 @@ const inspectTimeout = 30 * time.Second
 func newInspectCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "inspect KEY",
-		Short: "Show who holds a key: token, fence, remaining TTL, waiters",
+		Short: "Show who holds a key: each holder's kind, token, fence, remaining TTL; the waiters",
 		Long: `Inspect reads who holds KEY on the backend's servers, without taking it:
-whether it is held, the holder's token and fencing token, how long its
-lock still lasts on the server, and how many clients wait for it, each
+whether it is held, each holder's token and fencing token, how long its
+lock still lasts on the server, and the clients that wait for it, each
 where the backend can tell. The detail lines name what the backend stores
 (the Redis key, the ZooKeeper node and session, the etcd entry and lease,
 each Redlock node's copy). ZooKeeper keeps no TTL per lock: a lock lasts
 as long as its holder's session, and inspect shows that session's timeout,
 which the server the session is connected to lists (the four-letter word
 cons); where no server the URL names lists it, the detail says why.
+
+A key may have several holders: the shared holders of a read lock, the
+permit holders of a semaphore (lockctl run --shared, --limit). Inspect then
+lists every one in grant order with its kind (exclusive, shared, or permit
+with the semaphore's limit and the permits it takes), and the waiters in
+queue order with what each asks for, where the backend keeps a queue on
+its servers (memory, ZooKeeper, etcd) and lists it. With --json they are
+"holds" and "queue"; the top-level token, fence and ttl_ms are the first
+holder's.
 
 The answer is a snapshot: the holder may release or lose the key right
 after. Use the same URL and prefix (?prefix=) as the applications do, or
@@ -62,6 +73,26 @@ type inspectOutput struct {
 	TTLMS   *int64            `json:"ttl_ms,omitempty"`
 	Waiters *int              `json:"waiters,omitempty"`
 	Detail  map[string]string `json:"detail,omitempty"`
+	// Holds are every holder, in grant order; the fields above are the
+	// first one's. Queue are the waiters, in queue order, where the
+	// backend lists them.
+	Holds []holdOutput `json:"holds,omitempty"`
+	Queue []holdOutput `json:"queue,omitempty"`
+}
+
+// holdOutput is one holder or waiter as lockctl inspect prints it.
+type holdOutput struct {
+	// Kind is exclusive, shared or permit; empty where the backend did
+	// not say.
+	Kind string `json:"kind,omitempty"`
+	// Limit and Weight are a permit's: the semaphore's permits and how
+	// many the hold takes.
+	Limit  int               `json:"limit,omitempty"`
+	Weight int               `json:"weight,omitempty"`
+	Token  string            `json:"token,omitempty"`
+	Fence  *uint64           `json:"fence,omitempty"`
+	TTLMS  *int64            `json:"ttl_ms,omitempty"`
+	Detail map[string]string `json:"detail,omitempty"`
 }
 
 // inspected is a key as Inspect found it, with the Locker that looked.
@@ -98,8 +129,22 @@ func (a *app) inspect(ctx context.Context, key string) error {
 		return err
 	}
 	defer in.l.Close()
-	t, l, h := in.t, in.l, in.h
-	out := inspectOutput{URL: locker.Redact(t.url), Backend: l.Capabilities().Name, Key: key, Held: h.Held, Token: h.Token, Detail: h.Detail}
+	caps := in.l.Capabilities()
+	out := newInspectOutput(in.h, caps)
+	out.URL, out.Key = locker.Redact(in.t.url), key
+	if a.json {
+		return writeJSON(a.stdout, out)
+	}
+	printInspect(a.stdout, out, caps)
+	return nil
+}
+
+// newInspectOutput turns what Inspect found into what inspect prints. A
+// backend that lists no holds (one that predates kinds) has its one
+// holder described by the Holder's own fields: exclusive where the
+// backend admits no other kind, of unknown kind otherwise.
+func newInspectOutput(h locker.Holder, caps locker.Capabilities) inspectOutput {
+	out := inspectOutput{Backend: caps.Name, Held: h.Held, Token: h.Token, Detail: h.Detail}
 	if h.Fenced {
 		out.Fence = &h.Fence
 	}
@@ -110,38 +155,62 @@ func (a *app) inspect(ctx context.Context, key string) error {
 	if h.WaitersKnown {
 		out.Waiters = &h.Waiters
 	}
-	if a.json {
-		return writeJSON(a.stdout, out)
+	for _, hd := range h.Holds {
+		out.Holds = append(out.Holds, newHoldOutput(hd))
 	}
-	printInspect(a.stdout, out, l.Capabilities())
-	return nil
+	if len(out.Holds) == 0 && h.Held {
+		only := holdOutput{Token: h.Token, Fence: out.Fence, TTLMS: out.TTLMS}
+		if !caps.Shared && !caps.Permits {
+			only.Kind = locker.Kind(0).String() // exclusive: the only kind it admits
+		}
+		out.Holds = []holdOutput{only}
+	}
+	for _, w := range h.Queue {
+		out.Queue = append(out.Queue, newHoldOutput(w))
+	}
+	return out
 }
 
-// printInspect prints out as a two-column table.
+func newHoldOutput(hd locker.Hold) holdOutput {
+	o := holdOutput{Kind: hd.Kind.String(), Token: hd.Token, Detail: hd.Detail}
+	if hd.Kind == backend.Permit {
+		o.Limit, o.Weight = hd.Limit, hd.Weight
+	}
+	if hd.Fenced {
+		o.Fence = &hd.Fence
+	}
+	if hd.TTLKnown {
+		ms := hd.TTL.Milliseconds()
+		o.TTLMS = &ms
+	}
+	return o
+}
+
+// several reports whether out has more to say of its holders than one
+// exclusive hold: then they are listed in a table of their own.
+func (out inspectOutput) several() bool {
+	return len(out.Holds) > 1 || len(out.Holds) == 1 && out.Holds[0].Kind != "" && out.Holds[0].Kind != locker.Kind(0).String()
+}
+
+// printInspect prints out as a two-column table, then the holders and
+// the waiters each in a table of their own where there is more to say
+// than one exclusive holder and a count.
 func printInspect(w io.Writer, out inspectOutput, caps locker.Capabilities) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("key", out.Key)
 	row("backend", out.Backend+" ("+out.URL+")")
-	if out.Held {
+	switch {
+	case !out.Held:
+		row("held", "no")
+	case out.several():
+		row("held", fmt.Sprintf("yes, by %s", holdersText(out.Holds)))
+	default:
 		row("held", "yes")
 		row("token", orUnknown(out.Token))
-	} else {
-		row("held", "no")
 	}
-	switch {
-	case out.Fence != nil:
-		row("fence", fmt.Sprint(*out.Fence))
-	case !caps.Fencing:
-		row("fence", "none: this backend mints no fencing tokens")
-	case out.Held:
-		row("fence", "unknown")
-	}
-	switch {
-	case out.TTLMS != nil:
-		row("ttl", (time.Duration(*out.TTLMS)*time.Millisecond).String()+" on the server")
-	case out.Held:
-		row("ttl", ttlNotReadable(out.Detail))
+	if !out.several() {
+		printFirstHolder(row, out, caps)
 	}
 	if out.Waiters != nil {
 		row("waiters", fmt.Sprint(*out.Waiters))
@@ -157,6 +226,111 @@ func printInspect(w io.Writer, out inspectOutput, caps locker.Capabilities) {
 		row(k, out.Detail[k])
 	}
 	tw.Flush()
+	if out.several() {
+		fmt.Fprintln(w, "\nholders, in grant order:")
+		printHolds(w, out.Holds, true, caps)
+	}
+	if len(out.Queue) > 0 {
+		fmt.Fprintln(w, "\nwaiters, in queue order:")
+		printHolds(w, out.Queue, false, caps)
+	}
+}
+
+// printFirstHolder prints the fence and TTL rows of a key with one
+// exclusive holder (or none), as inspect always has.
+func printFirstHolder(row func(k, v string), out inspectOutput, caps locker.Capabilities) {
+	switch {
+	case out.Fence != nil:
+		row("fence", fmt.Sprint(*out.Fence))
+	case !caps.Fencing:
+		row("fence", "none: this backend mints no fencing tokens")
+	case out.Held:
+		row("fence", "unknown")
+	}
+	switch {
+	case out.TTLMS != nil:
+		row("ttl", (time.Duration(*out.TTLMS)*time.Millisecond).String()+" on the server")
+	case out.Held:
+		row("ttl", ttlNotReadable(out.Detail))
+	}
+}
+
+// holdersText says who holds a key with several holders: "3 shared
+// holders", "a semaphore of 4 permits: 3 taken by 2 holders".
+func holdersText(hs []holdOutput) string {
+	first := hs[0]
+	if first.Kind == backend.Permit.String() {
+		taken := 0
+		for _, h := range hs {
+			taken += h.Weight
+		}
+		return fmt.Sprintf("a semaphore of %d permits: %d taken by %d holder%s", first.Limit, taken, len(hs), plural(len(hs)))
+	}
+	kinds := map[string]int{}
+	for _, h := range hs {
+		kinds[orUnknown(h.Kind)]++
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		parts = append(parts, fmt.Sprintf("%d %s holder%s", kinds[k], k, plural(kinds[k])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// printHolds prints holders (held: with token, fence and TTL) or
+// waiters as a table, one a line.
+func printHolds(w io.Writer, hs []holdOutput, held bool, caps locker.Capabilities) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if held {
+		fmt.Fprintln(tw, "  #\tkind\ttoken\tfence\tttl\tdetail")
+	} else {
+		fmt.Fprintln(tw, "  #\tkind\tdetail")
+	}
+	for i, h := range hs {
+		kind := orUnknown(h.Kind)
+		if h.Kind == backend.Permit.String() {
+			kind = fmt.Sprintf("permit %d of %d", h.Weight, h.Limit)
+		}
+		if !held {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\n", i+1, kind, detailText(h.Detail))
+			continue
+		}
+		fence := "unknown"
+		switch {
+		case h.Fence != nil:
+			fence = fmt.Sprint(*h.Fence)
+		case !caps.Fencing:
+			fence = "none"
+		}
+		ttl := "unknown"
+		if d, err := time.ParseDuration(h.Detail["session timeout"]); err == nil {
+			ttl = "session " + d.String() // ZooKeeper: the hold lasts as long as its session
+		}
+		if h.TTLMS != nil {
+			ttl = (time.Duration(*h.TTLMS) * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, kind, orUnknown(h.Token), fence, ttl, detailText(h.Detail))
+	}
+	tw.Flush()
+}
+
+// detailText prints a hold's detail as "k=v, k=v", sorted; "-" if none.
+func detailText(d map[string]string) string {
+	if len(d) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(d)) {
+		parts = append(parts, k+"="+d[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ttlNotReadable says what is known of the TTL of a holder whose
@@ -190,7 +364,8 @@ func newReleaseCmd(a *app) *cobra.Command {
 		Use:   "release --force KEY",
 		Short: "Break-glass: free a key whoever holds it",
 		Long: `Release --force deletes KEY's lock on the backend's servers, whoever holds
-it, and wakes its waiters as a release would: the operator's way out when a
+it (every holder, where a read lock or a semaphore has several), and wakes
+its waiters as a release would: the operator's way out when a
 holder is stuck (a process hung while holding, a lock left by a client that
 will never come back before its TTL).
 
@@ -273,6 +448,10 @@ func describeHolder(h locker.Holder) string {
 		return "not held"
 	}
 	parts := []string{"token " + orUnknown(h.Token)}
+	if n := len(h.Holds); n > 1 {
+		// Every holder loses its hold; name the first, count the rest.
+		parts[0] = fmt.Sprintf("%d holders, the first with token %s", n, orUnknown(h.Token))
+	}
 	if h.Fenced {
 		parts = append(parts, fmt.Sprintf("fence %d", h.Fence))
 	}

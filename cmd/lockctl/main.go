@@ -2,8 +2,8 @@
 // backend of the locker library chosen by URL (memory://, redis://,
 // redlock://, zookeeper://, etcd://...).
 //
-//	lockctl run [--ttl D] [--wait D | --no-wait] [--grace D] KEY -- CMD ARGS...
-//	lockctl demo [--workers N] [--ttl D]
+//	lockctl run [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --limit N [--weight W]] KEY -- CMD ARGS...
+//	lockctl demo [--workers N] [--ttl D] [--story fencing|rw|all]
 //	lockctl check | doctor | inspect KEY | release --force KEY
 //	lockctl bench --url URL... [--scenario ...] [--out DIR]
 //	lockctl chaos --url URL... [--scenario ...] [--rounds N] [--out DIR]
@@ -14,9 +14,11 @@
 // `lockctl run` is flock(1) across machines: it holds KEY (refreshed by the
 // library's watchdog) while CMD runs, gives CMD the lock's key, token and
 // fencing token as LOCKER_KEY, LOCKER_TOKEN and LOCKER_FENCE, and stops CMD
-// if the lock is lost. `lockctl demo` shows, on the embedded backend with
-// no server, why fencing tokens matter: a holder paused past its TTL has
-// its stale write rejected.
+// if the lock is lost; with --shared it takes a read lock, with --limit N
+// one of a semaphore's N permits. `lockctl demo` shows, on the embedded
+// backend with no server, why fencing tokens matter (a holder paused past
+// its TTL has its stale write rejected), then readers sharing a lock
+// while a writer waits, and a semaphore at its limit.
 //
 // --json means JSON on standard output, instead of text, on every command;
 // reports go to files with check --json-file, --junit and --markdown, and

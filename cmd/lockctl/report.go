@@ -32,7 +32,8 @@ type event struct {
 	Phase     string    `json:"phase"`
 	Worker    string    `json:"worker,omitempty"`
 	// Event says what happened: acquired, write, released, paused,
-	// resumed, crashed, release-refused, note.
+	// resumed, crashed, release-refused, note; in the rw story also
+	// waiting, releases (told as the release is made) and violation.
 	Event string `json:"event"`
 	// Fence is the lock's fencing token, where the backend mints one.
 	Fence *uint64 `json:"fence,omitempty"`
@@ -110,20 +111,36 @@ func (r *reporter) end(s summary) {
 		r.encode(s)
 		return
 	}
-	fences := make([]string, len(s.Fences))
-	for i, f := range s.Fences {
-		fences[i] = fmt.Sprint(f)
-	}
-	if len(fences) == 0 {
-		fences = []string{"none (the backend mints no fencing tokens)"}
-	}
+	fences := []string{fencesText(s.Fences)}
 	fmt.Fprintf(r.w, "\n== Summary\n")
-	fmt.Fprintf(r.w, "acquisitions      %d (%d handoffs from one worker to another)\n", s.Acquisitions, s.Handoffs)
-	fmt.Fprintf(r.w, "writes accepted   %d (stale: %d)\n", s.WritesAccepted, s.StaleAccepted)
-	fmt.Fprintf(r.w, "writes rejected   %d (stale: %d)\n", s.WritesRejected, s.StaleRejected)
-	fmt.Fprintf(r.w, "fences seen       %s\n", strings.Join(fences, " "))
+	if s.fencingTold() {
+		fmt.Fprintf(r.w, "acquisitions      %d (%d handoffs from one worker to another)\n", s.Acquisitions, s.Handoffs)
+		fmt.Fprintf(r.w, "writes accepted   %d (stale: %d)\n", s.WritesAccepted, s.StaleAccepted)
+		fmt.Fprintf(r.w, "writes rejected   %d (stale: %d)\n", s.WritesRejected, s.StaleRejected)
+		fmt.Fprintf(r.w, "fences seen       %s\n", strings.Join(fences, " "))
+	}
+	if rw := s.ReadWrite; rw != nil && rw.Skipped == "" {
+		fmt.Fprintf(r.w, "readers together  %d; the writer waited %v; readers that overtook it: %d\n",
+			rw.ReadersTogether, time.Duration(rw.WriterWaitMS)*time.Millisecond, rw.Overtaken)
+		fmt.Fprintf(r.w, "read/write fences %s\n", fencesText(rw.Fences))
+	}
+	if sem := s.Semaphore; sem != nil && sem.Skipped == "" {
+		fmt.Fprintf(r.w, "semaphore         %d permits, %d clients: at most %d in use, %d waited\n", sem.Limit, sem.Clients, sem.MostHeld, sem.Waited)
+	}
 	fmt.Fprintf(r.w, "elapsed           %v\n", time.Duration(s.ElapsedMS)*time.Millisecond)
 	fmt.Fprintf(r.w, "\n%s\n", wrap(s.Verdict, 96))
+}
+
+// fencesText lists fences, or says there are none.
+func fencesText(fs []uint64) string {
+	if len(fs) == 0 {
+		return "none (the backend mints no fencing tokens)"
+	}
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = fmt.Sprint(f)
+	}
+	return strings.Join(parts, " ")
 }
 
 // wrap breaks text into lines of at most width bytes, between words.

@@ -11,12 +11,14 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/memory"
 	lockredis "github.com/distlock/locker/redis"
 )
 
@@ -42,6 +44,11 @@ type runCmd struct {
 	noWait  bool
 	grace   time.Duration
 	verbose bool
+
+	// What the hold takes of the key: --shared, --limit, --weight.
+	shared bool
+	limit  int
+	weight int
 
 	key  string
 	argv []string // the command and its arguments
@@ -71,6 +78,23 @@ If the lock is lost while COMMAND runs (its server cannot be reached for
 the TTL, someone forced it free), COMMAND is no longer protected: lockctl
 sends it SIGTERM, then SIGKILL after --grace, and exits 122.
 
+By default the lock is exclusive (a mutex, or a read/write lock's write
+side). --shared takes a shared hold instead, a read lock: any number of
+shared holders run at once, never together with an exclusive one.
+--limit N makes the key a semaphore of N permits: at most N runs at once,
+each taking one permit, or --weight W of them. Every client of a key must
+agree on what it is: a --limit that differs from the holders' or waiters',
+or --shared on a semaphore's key, fails (exit 125). Where the backend
+queues waiters (memory, ZooKeeper, etcd) they are served in order, so a
+writer waiting behind readers is not overtaken by readers that come after
+it; Redis and Redlock keep no queue, and a writer may wait as long as
+readers overlap. A backend that does not admit shared holds or semaphores
+(Capabilities.Shared, Capabilities.Permits, which lockctl check and lockctl
+demo print) refuses these flags with exit 125.
+A shared holder's or a permit holder's LOCKER_FENCE increases with every
+grant of the key, of any kind: a resource that remembers the highest fence
+it has seen from a writer can refuse a reader that started before it.
+
 Unless standard input is a terminal, COMMAND runs in a process group of its
 own, and lockctl's signals go to the whole group: a COMMAND that is a shell
 script stops together with the programs it started. From a terminal,
@@ -84,7 +108,11 @@ Exit codes: COMMAND's own; 122 lock lost; 124 not acquired (--no-wait,
 not found; 128+N COMMAND killed by signal N. See "lockctl help exit-codes".`
 
 func newRunCmd(a *app) *cobra.Command {
-	r := &runCmd{app: a}
+	return (&runCmd{app: a}).command()
+}
+
+// command returns the cobra command that parses its flags into r.
+func (r *runCmd) command() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run [flags] KEY -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lock, like flock(1) across machines",
@@ -98,6 +126,13 @@ func newRunCmd(a *app) *cobra.Command {
   # Give up after 5 minutes of waiting; a 1-minute TTL:
   lockctl run --wait 5m --ttl 1m deploy/web -- make deploy
 
+  # Many readers at once, never while a writer runs:
+  lockctl run --shared reports/db -- ./read-report.sh
+  lockctl run reports/db -- ./rebuild.sh
+
+  # At most 4 exports at once, across all machines:
+  lockctl run --limit 4 exports -- ./export.sh
+
   # Hand the fencing token to the resource:
   lockctl run reports/daily -- sh -c 'curl -H "Fence: $LOCKER_FENCE" ...'`,
 		Args: r.parseArgs,
@@ -108,6 +143,9 @@ func newRunCmd(a *app) *cobra.Command {
 	f.DurationVar(&r.wait, "wait", 0, "exit 124 if the lock is not acquired within this long (0: wait for ever)")
 	f.BoolVar(&r.noWait, "no-wait", false, "exit 124 at once if someone else holds KEY")
 	f.DurationVar(&r.grace, "grace", 10*time.Second, "when the lock is lost: how long COMMAND has after SIGTERM before SIGKILL")
+	f.BoolVar(&r.shared, "shared", false, "take a shared hold (a read lock): shared holders run together, never with an exclusive one")
+	f.IntVar(&r.limit, "limit", 0, "make KEY a semaphore of this many permits and take one (or --weight) of them")
+	f.IntVar(&r.weight, "weight", 0, "with --limit: how many of the permits to take (default 1)")
 	f.BoolVarP(&r.verbose, "verbose", "v", false, "say on standard error when lockctl waits for, acquires and releases the lock, and when a refresh fails")
 	return c
 }
@@ -146,7 +184,87 @@ func (r *runCmd) checkFlags(c *cobra.Command) error {
 	case r.grace < 0:
 		return fmt.Errorf("--grace %v: must not be negative", r.grace)
 	}
+	return checkKind(r.kindOptions(c), kindFlags(c))
+}
+
+// kindFlags are the kind flags given, as typed: "--shared --limit 2".
+func kindFlags(c *cobra.Command) string {
+	var given []string
+	for _, name := range []string{"shared", "limit", "weight"} {
+		if f := c.Flags().Lookup(name); f.Changed {
+			if name == "shared" {
+				given = append(given, "--shared")
+				continue
+			}
+			given = append(given, "--"+name+" "+f.Value.String())
+		}
+	}
+	return strings.Join(given, " ")
+}
+
+// kindOptions are the options of --shared, --limit and --weight, as
+// given: the library judges them (checkKind, and Acquire itself).
+func (r *runCmd) kindOptions(c *cobra.Command) []locker.Option {
+	var opts []locker.Option
+	f := c.Flags()
+	if r.shared {
+		opts = append(opts, locker.Shared())
+	}
+	if f.Changed("limit") {
+		opts = append(opts, locker.Limit(r.limit))
+	}
+	if f.Changed("weight") {
+		opts = append(opts, locker.Weight(r.weight))
+	}
+	return opts
+}
+
+// checkKind has the library judge the kind options on a store of this
+// process's own, so that a combination it refuses (--shared with
+// --limit, --weight without --limit or above it) fails with its error
+// before any server is contacted or any command looked up. The memory
+// store admits every kind, so only the options can fail here.
+func checkKind(opts []locker.Option, flags string) error {
+	if len(opts) == 0 {
+		return nil
+	}
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+	ctx := context.Background()
+	lock, err := l.TryAcquire(ctx, "lockctl-run/check", opts...)
+	if err != nil {
+		// The library's reason, without the key of this private check.
+		var oe *locker.OpError
+		if errors.As(err, &oe) {
+			err = oe.Err
+		}
+		return fmt.Errorf("%s: %w", flags, err)
+	}
+	return lock.Release(ctx)
+}
+
+// checkCapabilities refuses a kind of hold the backend does not admit,
+// naming the capability it lacks, before anything is acquired.
+func (r *runCmd) checkCapabilities(c *cobra.Command, caps locker.Capabilities) error {
+	switch {
+	case r.shared && !caps.Shared:
+		return fmt.Errorf("--shared: backend %s does not admit shared holds (Capabilities.Shared is false)", caps.Name)
+	case c.Flags().Changed("limit") && !caps.Permits:
+		return fmt.Errorf("--limit: backend %s does not admit semaphores (Capabilities.Permits is false)", caps.Name)
+	}
 	return nil
+}
+
+// holdName says what the run takes of its key, for messages: "",
+// " (shared)", " (1 of 4 permits)".
+func (r *runCmd) holdName(c *cobra.Command) string {
+	switch {
+	case r.shared:
+		return " (shared)"
+	case c.Flags().Changed("limit"):
+		return fmt.Sprintf(" (%d of %d permits)", max(r.weight, 1), r.limit)
+	}
+	return ""
 }
 
 func (r *runCmd) run(c *cobra.Command) error {
@@ -165,7 +283,7 @@ func (r *runCmd) run(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	var opts []locker.Option
+	opts := r.kindOptions(c)
 	switch {
 	case c.Flags().Changed("ttl"):
 		opts = append(opts, locker.WithTTL(r.ttl))
@@ -177,20 +295,20 @@ func (r *runCmd) run(c *cobra.Command) error {
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
 
-	l, lock, err := r.acquire(c.Context(), t, sigs, opts)
+	l, lock, err := r.acquire(c, t, sigs, opts)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	r.say("acquired %q (fence %s, valid for %v unless refreshed)", r.key, fenceLabel(lock), time.Until(lock.Until()).Round(time.Millisecond))
+	r.say("acquired %q%s (fence %s, valid for %v unless refreshed)", r.key, r.holdName(c), fenceLabel(lock), time.Until(lock.Until()).Round(time.Millisecond))
 	code, lost := r.supervise(lock, path, sigs)
 	return r.finish(lock, code, lost)
 }
 
 // acquire opens the Locker and acquires the key, as --wait and --no-wait
 // say, until a signal in sigs interrupts it.
-func (r *runCmd) acquire(ctx context.Context, t target, sigs <-chan os.Signal, opts []locker.Option) (locker.Locker, locker.Lock, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
+func (r *runCmd) acquire(c *cobra.Command, t target, sigs <-chan os.Signal, opts []locker.Option) (locker.Locker, locker.Lock, error) {
+	ctx, cancel := context.WithCancelCause(c.Context())
 	defer cancel(nil)
 	stop := make(chan struct{})
 	watching := make(chan struct{})
@@ -202,7 +320,7 @@ func (r *runCmd) acquire(ctx context.Context, t target, sigs <-chan os.Signal, o
 		case <-stop:
 		}
 	}()
-	l, lock, err := r.take(ctx, t, opts)
+	l, lock, err := r.take(ctx, c, t, opts)
 	close(stop)
 	<-watching
 	var sc signalCause
@@ -221,7 +339,7 @@ func (r *runCmd) acquire(ctx context.Context, t target, sigs <-chan os.Signal, o
 
 // take opens the Locker and acquires the key, or returns an error that
 // carries lockctl's exit code.
-func (r *runCmd) take(ctx context.Context, t target, opts []locker.Option) (locker.Locker, locker.Lock, error) {
+func (r *runCmd) take(ctx context.Context, c *cobra.Command, t target, opts []locker.Option) (locker.Locker, locker.Lock, error) {
 	level := slog.LevelError
 	if r.verbose {
 		level = slog.LevelWarn
@@ -232,9 +350,13 @@ func (r *runCmd) take(ctx context.Context, t target, opts []locker.Option) (lock
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := r.checkCapabilities(c, l.Capabilities()); err != nil {
+		l.Close()
+		return nil, nil, withCode(exitError, err)
+	}
 	lock, err := l.TryAcquire(ctx, r.key, opts...)
 	if errors.Is(err, locker.ErrNotAcquired) && !r.noWait {
-		r.say("%q is held by someone else; waiting %s on %s", r.key, waitString(r.wait), locker.Redact(t.url))
+		r.say("%q%s is held by someone else; waiting %s on %s", r.key, r.holdName(c), waitString(r.wait), locker.Redact(t.url))
 		wctx := ctx
 		if r.wait > 0 {
 			var cancel context.CancelFunc

@@ -87,6 +87,13 @@ type story struct {
 	caps    locker.Capabilities
 	mem     bool
 	workers []*worker
+	phase   int // the number of the phase told last
+
+	// What opens a worker's client: the app and the deployment, and on
+	// memory:// the demo's own store.
+	app      *app
+	t        target
+	memStore *memory.Store
 
 	mu       sync.Mutex
 	store    storage
@@ -106,42 +113,55 @@ type expiring struct {
 
 // newStory opens a client per worker on t.
 func newStory(ctx context.Context, a *app, t target, n int, rep *reporter) (*story, error) {
-	s := &story{rep: rep, url: locker.Redact(t.url), key: demoKey(), mem: scheme(t.url) == "memory", start: time.Now()}
-	quiet := locker.WithLogger(slog.New(slog.DiscardHandler)) // the story tells what the failures mean
+	s := &story{rep: rep, url: locker.Redact(t.url), key: demoKey(), mem: scheme(t.url) == "memory", start: time.Now(), app: a, t: t}
 	// Open the URL once as given, even on memory://, so that a bad one
 	// fails as it would anywhere else.
-	probe, err := a.open(ctx, t, quiet)
+	probe, err := a.open(ctx, t, quietLogs)
 	if err != nil {
 		return nil, err
 	}
 	s.caps = probe.Capabilities()
 	probe.Close()
-	var store *memory.Store
 	if s.mem {
 		// A store of the demo's own: the URL's names a store of this
 		// process, which nothing else here uses.
-		store = memory.NewStore()
+		s.memStore = memory.NewStore()
 	}
 	for i := range n {
-		w := &worker{name: fmt.Sprintf("w%d", i+1)}
-		s.workers = append(s.workers, w)
-		if s.mem {
-			w.mem = memory.NewClient(&memory.Options{Store: store, Config: locker.Config{Logger: slog.New(slog.DiscardHandler)}})
-			w.l = w.mem
-			continue
-		}
-		u, proxies, err := conformance.ProxyURL(t.url)
+		w, err := s.newWorker(ctx, fmt.Sprintf("w%d", i+1))
 		if err != nil {
-			s.close()
-			return nil, exitf(exitError, "demo: proxies for %s: %w", s.url, err)
-		}
-		w.proxies = proxies
-		if w.l, err = a.open(ctx, target{url: u, source: t.source}, quiet); err != nil {
 			s.close()
 			return nil, err
 		}
+		s.workers = append(s.workers, w)
 	}
 	return s, nil
+}
+
+// quietLogs keeps the library's logs out of the story, which tells what
+// the failures mean.
+var quietLogs = locker.WithLogger(slog.New(slog.DiscardHandler))
+
+// newWorker opens a client of its own for a worker named name: on
+// memory:// a client of the demo's store, elsewhere a Locker behind
+// loopback proxies that can cut it off. The caller closes it.
+func (s *story) newWorker(ctx context.Context, name string) (*worker, error) {
+	w := &worker{name: name}
+	if s.mem {
+		w.mem = memory.NewClient(&memory.Options{Store: s.memStore, Config: locker.Config{Logger: slog.New(slog.DiscardHandler)}})
+		w.l = w.mem
+		return w, nil
+	}
+	u, proxies, err := conformance.ProxyURL(s.t.url)
+	if err != nil {
+		return nil, exitf(exitError, "demo: proxies for %s: %w", s.url, err)
+	}
+	w.proxies = proxies
+	if w.l, err = s.app.open(ctx, target{url: u, source: s.t.source}, quietLogs); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
 }
 
 func (s *story) close() {
@@ -163,15 +183,30 @@ func (s *story) setTTL(ttl time.Duration) error {
 	return nil
 }
 
-// play tells the story.
-func (s *story) play(ctx context.Context) error {
-	s.sum = summary{URL: s.url, Backend: s.caps.Name, Fencing: s.caps.Fencing, Workers: len(s.workers), TTLMS: s.ttl.Milliseconds()}
+// Stories the demo tells (--story).
+const (
+	storyAll     = "all"
+	storyFencing = "fencing" // contention, a paused holder, a crashed holder
+	storyKinds   = "rw"      // readers and a writer, a semaphore
+)
+
+// play tells the story which names: storyAll, storyFencing or
+// storyKinds.
+func (s *story) play(ctx context.Context, which string) error {
+	s.sum = summary{URL: s.url, Backend: s.caps.Name, Fencing: s.caps.Fencing, Workers: len(s.workers), TTLMS: s.ttl.Milliseconds(), Story: which}
 	s.rep.begin(startInfo{
 		URL: s.url, Backend: s.caps.Name, Capabilities: s.caps.String(), Fencing: s.caps.Fencing,
 		Key: s.key, Workers: len(s.workers), TTLMS: s.ttl.Milliseconds(),
-		Message: s.opening(),
+		Message: s.opening(which),
 	})
-	for _, phase := range []func(context.Context) error{s.contend, s.pausedHolder, s.crashedHolder} {
+	var phases []func(context.Context) error
+	if which != storyKinds {
+		phases = append(phases, s.contend, s.pausedHolder, s.crashedHolder)
+	}
+	if which != storyFencing {
+		phases = append(phases, s.readersAndWriter, s.semaphore)
+	}
+	for _, phase := range phases {
 		if err := phase(ctx); err != nil {
 			return err
 		}
@@ -179,10 +214,19 @@ func (s *story) play(ctx context.Context) error {
 	return nil
 }
 
+// beginPhase numbers the next phase and starts it.
+func (s *story) beginPhase(title, text string) {
+	s.phase++
+	s.rep.beginPhase(fmt.Sprintf("%d. %s", s.phase, title), text)
+}
+
 // opening introduces the story in words.
-func (s *story) opening() string {
+func (s *story) opening(which string) string {
 	msg := fmt.Sprintf("lockctl demo: %d workers, one lock %q, TTL %v%s, on %s\nbackend %s: %s\n",
 		len(s.workers), s.key, s.ttl, s.raised, s.url, s.caps.Name, s.caps)
+	if which == storyKinds {
+		return msg + "Readers share a read/write lock, a writer takes it alone, and a semaphore admits its limit."
+	}
 	if s.caps.Fencing {
 		return msg + "The storage rejects a write whose fence is lower than the highest it has accepted."
 	}
@@ -192,7 +236,7 @@ func (s *story) opening() string {
 
 // contend: every worker takes contendRounds turns, all at once.
 func (s *story) contend(ctx context.Context) error {
-	s.rep.beginPhase("1. Contention", "The workers take turns on the lock; each writes while it holds it.")
+	s.beginPhase("Contention", "The workers take turns on the lock; each writes while it holds it.")
 	errs := make(chan error, len(s.workers))
 	var wg sync.WaitGroup
 	for _, w := range s.workers {
@@ -242,7 +286,7 @@ func (s *story) stoppedOpts() []locker.Option {
 // pausedHolder: a holder pauses past its TTL, another takes over, the
 // paused one wakes and writes.
 func (s *story) pausedHolder(ctx context.Context) error {
-	s.rep.beginPhase("2. A paused holder",
+	s.beginPhase("A paused holder",
 		"A worker stops while holding the lock, as in a long garbage-collection pause, and wakes up\nafter another worker has taken over.")
 	a, b := s.workers[0], s.workers[1]
 	lockA, err := a.l.Acquire(ctx, s.key, s.stoppedOpts()...)
@@ -319,7 +363,7 @@ func (s *story) staleRelease(ctx context.Context, a, b *worker, lock locker.Lock
 // crashedHolder: a holder crashes; its lock expires and goes to the
 // next waiter.
 func (s *story) crashedHolder(ctx context.Context) error {
-	s.rep.beginPhase("3. A crashed holder",
+	s.beginPhase("A crashed holder",
 		"A worker crashes while holding the lock; the others wait until it expires at its TTL.")
 	c := s.workers[2]
 	lockC, err := c.l.Acquire(ctx, s.key, s.stoppedOpts()...)

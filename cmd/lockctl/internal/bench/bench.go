@@ -93,7 +93,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 // prepared is what every scenario of a run measures.
 type prepared struct {
-	all      []Design         // every design of every deployment
+	all      []Design         // every design of every deployment but the KindsOnly ones
+	kinds    []Design         // every design of the read-write and semaphore scenarios: all's and the KindsOnly ones
 	fanout   map[int][]Design // Redlock designs by node count
 	deps     []deployment
 	cleanups []func()
@@ -116,7 +117,12 @@ func (r *Runner) prepareAll(ctx context.Context, urls []string, rep *Report) (*p
 		}
 		p.cleanups = append(p.cleanups, cleanup)
 		rep.Backends = append(rep.Backends, b)
-		p.all = append(p.all, designs...)
+		for _, d := range designs {
+			if !d.KindsOnly {
+				p.all = append(p.all, d)
+			}
+		}
+		p.kinds = append(p.kinds, designs...)
 		p.deps = append(p.deps, deployment{backend: b, url: url, designs: designs, fanout: sets})
 		for n, ds := range sets {
 			p.fanout[n] = append(p.fanout[n], ds...)
@@ -146,6 +152,10 @@ func (r *Runner) run(ctx context.Context, sc string, p *prepared) {
 		r.HeldLocks(ctx, p.all)
 	case ScenarioRecovery:
 		r.Recovery(ctx, p.deps)
+	case ScenarioReadWrite:
+		r.ReadWrite(ctx, p.kinds)
+	case ScenarioSemaphore:
+		r.Semaphore(ctx, p.kinds)
 	}
 }
 
@@ -184,8 +194,16 @@ func prepare(ctx context.Context, raw string, rtt time.Duration, r *Runner) (Bac
 	b := Backend{
 		Name: caps.Name, URL: locker.Redact(raw), Servers: ServerVersions(ctx, caps.Name, raw),
 		Fencing: caps.Fencing, FIFO: caps.FIFO, WakeOnRelease: caps.WakeOnRelease, ExpirySlack: caps.ExpirySlack, MinTTL: caps.MinTTL,
+		Shared: caps.Shared, Permits: caps.Permits,
 	}
 	designs := designsFor(b.Name, b.Name, url, r)
+	for i := range designs {
+		if designs[i].Kind == KindLocker {
+			// The Locker takes the kinds its backend admits: the
+			// scenarios of a kind run it once the backend does.
+			designs[i].Shared, designs[i].Permits = caps.Shared, caps.Permits
+		}
+	}
 	sets := map[int][]Design{}
 	if b.Name == "redlock" {
 		// The node counts the issue of Redlock's cost is argued over:
@@ -212,6 +230,9 @@ func designsFor(backend, kind, url string, r *Runner) []Design {
 	peers, err := PeerDesigns(kind, url)
 	if err != nil {
 		r.notef("%s: no peer design: %v", backend, err)
+	}
+	if kp, err := PeerKindDesigns(kind, url); err == nil {
+		peers = append(peers, kp...)
 	}
 	for _, d := range append(raws, peers...) {
 		d.Backend = backend
@@ -259,6 +280,7 @@ func (p *prepared) plan(s Settings, holder bool) []time.Duration {
 		}
 	}
 	each := func(ds []Design) time.Duration { return s.Duration * time.Duration(len(ds)) }
+	r := &Runner{Settings: s}
 	var steps []time.Duration
 	for _, sc := range s.Scenarios {
 		switch sc {
@@ -277,7 +299,6 @@ func (p *prepared) plan(s Settings, holder bool) []time.Duration {
 				steps = append(steps, each(p.fanout[n]))
 			}
 		case ScenarioHeldLocks:
-			r := Runner{Settings: s}
 			for _, dep := range p.deps {
 				for _, d := range dep.designs {
 					if d.Kind == KindLocker {
@@ -286,13 +307,16 @@ func (p *prepared) plan(s Settings, holder bool) []time.Duration {
 				}
 			}
 		case ScenarioRecovery:
-			r := Runner{Settings: s}
 			for _, tg := range p.deps {
 				if holder && tg.backend.Name != "memory" {
 					round := recoveryTTL(tg.backend.MinTTL) + tg.backend.ExpirySlack
 					steps = append(steps, round*time.Duration(r.recoveryRounds()))
 				}
 			}
+		case ScenarioReadWrite:
+			steps = append(steps, each(r.sharedDesigns(p.kinds, false)))
+		case ScenarioSemaphore:
+			steps = append(steps, each(r.permitDesigns(p.kinds, false)))
 		}
 	}
 	return steps
@@ -302,12 +326,18 @@ func (p *prepared) plan(s Settings, holder bool) []time.Duration {
 // s (each with connections of its own), and in which step.
 func (d deployment) clients(s Settings) (int, string) {
 	var waiting int
+	mutexes := d.designs[:0:0] // the designs of the mutex scenarios
 	for _, ds := range d.designs {
+		if ds.KindsOnly {
+			continue
+		}
+		mutexes = append(mutexes, ds)
 		if ds.Waits {
 			waiting++
 		}
 	}
 	most, why := 0, ""
+	r := &Runner{Settings: s}
 	at := func(n int, format string, args ...any) {
 		if n > most {
 			most, why = n, fmt.Sprintf(format, args...)
@@ -316,10 +346,10 @@ func (d deployment) clients(s Settings) (int, string) {
 	for _, sc := range s.Scenarios {
 		switch sc {
 		case ScenarioUncontended, ScenarioFreshKeys:
-			at(len(d.designs), "%s: one client of each of %s", sc, designsText(len(d.designs)))
+			at(len(mutexes), "%s: one client of each of %s", sc, designsText(len(mutexes)))
 		case ScenarioThroughput:
 			for _, n := range s.Clients {
-				at(n*len(d.designs), "throughput: %d clients of each of %s", n, designsText(len(d.designs)))
+				at(n*len(mutexes), "throughput: %d clients of each of %s", n, designsText(len(mutexes)))
 			}
 		case ScenarioHotKey:
 			for _, w := range s.Waiters {
@@ -334,6 +364,14 @@ func (d deployment) clients(s Settings) (int, string) {
 		case ScenarioRecovery:
 			if d.backend.Name != "memory" {
 				at(2, "recovery: a holder process and a waiter")
+			}
+		case ScenarioReadWrite:
+			if n := len(r.sharedDesigns(d.designs, false)); n > 0 {
+				at(n*(r.readers()+1), "read-write: %d readers and a writer of each of %s", r.readers(), designsText(n))
+			}
+		case ScenarioSemaphore:
+			if n := len(r.permitDesigns(d.designs, false)); n > 0 {
+				at(n*2*r.permits(), "semaphore: %d clients of each of %s", 2*r.permits(), designsText(n))
 			}
 		}
 	}

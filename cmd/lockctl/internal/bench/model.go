@@ -59,6 +59,14 @@ type Settings struct {
 	// RecoveryRounds is how many holders the recovery scenario kills
 	// per deployment.
 	RecoveryRounds int `json:"recovery_rounds"`
+	// Readers is how many clients stream read locks in the read-write
+	// scenario (0: DefaultReaders), and WriteEvery how long its writer
+	// pauses between write locks (0: DefaultWriteEvery).
+	Readers    int      `json:"readers,omitempty"`
+	WriteEvery Duration `json:"write_every,omitempty"`
+	// Permits is the semaphore's limit in the semaphore scenario (0:
+	// DefaultPermits); twice as many clients contend for them.
+	Permits int `json:"permits,omitempty"`
 }
 
 // Backend is one deployment named by a --url.
@@ -72,6 +80,11 @@ type Backend struct {
 	WakeOnRelease bool     `json:"wake_on_release"`
 	ExpirySlack   Duration `json:"expiry_slack"`
 	MinTTL        Duration `json:"min_ttl,omitempty"` // the shortest TTL the backend takes
+	// Shared and Permits: the backend admits shared holds (read locks)
+	// and semaphores; the read-write and semaphore scenarios run the
+	// Locker only where it does.
+	Shared  bool `json:"shared,omitempty"`
+	Permits bool `json:"permits,omitempty"`
 	// Clients is the most clients the run opened at once on the
 	// deployment, each with connections of its own (ZooKeeper: one
 	// session, one connection to one server).
@@ -106,6 +119,10 @@ type Result struct {
 	Fairness *Fairness `json:"fairness,omitempty"`
 	Recovery *Recovery `json:"recovery,omitempty"`
 	Memory   *Memory   `json:"memory,omitempty"`
+	// ReadWrite and Semaphore are the figures only the read-write and
+	// semaphore scenarios measure.
+	ReadWrite *ReadWrite `json:"read_write,omitempty"`
+	Semaphore *Semaphore `json:"semaphore,omitempty"`
 	// FirstError is the first error an operation returned, if any.
 	FirstError string `json:"first_error,omitempty"`
 }
@@ -145,6 +162,37 @@ type Recovery struct {
 	Bound       Duration `json:"bound"` // TTL + ExpirySlack + one round trip
 	Rounds      int      `json:"rounds"`
 	Within      int      `json:"within"` // rounds that recovered within Bound
+}
+
+// ReadWrite is what a writer went through on a key that a stream of
+// readers holds: the read-write scenario. The Result's rate is the
+// readers' (read locks granted per second) and its Latency their wait
+// for one; these are the writer's.
+type ReadWrite struct {
+	Readers    int      `json:"readers"`
+	WriteEvery Duration `json:"write_every"` // the writer's pause between write locks
+	// Writes is how many write locks the writer got, and Wait its wait
+	// for each.
+	Writes int64   `json:"writes"`
+	Wait   Latency `json:"wait"`
+	// LongestWait is the longest the writer waited for one write lock,
+	// counting a wait that a step's end cut short (Starved) up to then.
+	LongestWait Duration `json:"longest_wait"`
+	// Starved counts the writes still waiting when a step ended: where
+	// the backend keeps no queue, readers that keep overlapping hold a
+	// writer off for as long as they do.
+	Starved int `json:"starved"`
+}
+
+// Semaphore is the semaphore scenario's own figures: the Result's rate
+// is permits granted per second, its Latency a client's wait for one.
+type Semaphore struct {
+	Permits int `json:"permits"`
+	Clients int `json:"clients"`
+	// MostHeld is the most permits the clients held at once, as they
+	// saw their grants and releases: more than Permits is a violation
+	// of the semaphore, and an error of the result.
+	MostHeld int `json:"most_held"`
 }
 
 // Memory is what holding many locks at once costs the client.

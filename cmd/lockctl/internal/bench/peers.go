@@ -24,6 +24,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 )
 
 // PeerDesigns returns the peer libraries for backend (the Backend.Name)
@@ -319,4 +320,99 @@ func (c *peerZK) Close() error {
 	c.conn.Close()
 	c.waiters.Wait()
 	return nil
+}
+
+// ---------------------------------------------------------------------------
+// The peers of the read-write and semaphore scenarios (Design.KindsOnly):
+// etcd's recipe.RWMutex, the read/write lock that etcd's client module
+// ships. No peer library measured here has a semaphore.
+
+// PeerKindDesigns returns the peers of the read-write and semaphore
+// scenarios on backend: recipe.RWMutex on etcd, none elsewhere.
+func PeerKindDesigns(backend, rawURL string) ([]Design, error) {
+	if backend != "etcd" {
+		return nil, nil
+	}
+	t, err := rawParseURL(backend, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	d := peerDesign(backend, "recipe.RWMutex", func(ctx context.Context) (Client, error) { return peerOpenRWMutex(ctx, t) })
+	d.Shared, d.KindsOnly = true, true
+	return []Design{d}, nil
+}
+
+// peerRWMutex is one client of recipe.RWMutex: a Session per client, as
+// concurrency.Mutex's; readers and writers queue by create revision
+// under the key's prefix, a reader waiting for the last writer before
+// it, a writer for the last key before it.
+type peerRWMutex struct {
+	peerEtcd
+	// waiters counts the goroutines in RLock or Lock, which take no
+	// context: Close waits for them, and closing the client ends them.
+	waiters sync.WaitGroup
+}
+
+func peerOpenRWMutex(ctx context.Context, t *rawTarget) (Client, error) {
+	cli, err := rawEtcdClient(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(peerEtcdSessionTTL))
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("bench: etcd: concurrency session: %w", err)
+	}
+	return &peerRWMutex{peerEtcd: peerEtcd{cli: cli, session: session, ns: rawEtcdPrefix(t, "recipe.RWMutex")}}, nil
+}
+
+// Lock takes the write lock. ttl is ignored: the Session's lease is.
+func (c *peerRWMutex) Lock(ctx context.Context, key string, _ time.Duration) (Unlock, error) {
+	m := recipe.NewRWMutex(c.session, c.ns+key)
+	return c.wait(ctx, m.Lock, m.Unlock)
+}
+
+// LockShared takes a read lock.
+func (c *peerRWMutex) LockShared(ctx context.Context, key string, _ time.Duration) (Unlock, error) {
+	m := recipe.NewRWMutex(c.session, c.ns+key)
+	return c.wait(ctx, m.RLock, m.RUnlock)
+}
+
+// wait runs lock, which takes no context, in a goroutine. When ctx ends
+// first, wait returns and the goroutine is left to it: its key keeps its
+// place in the queue, and once it holds the lock it unlocks at once, as
+// the best a user of recipe.RWMutex can do (peerZK does the same).
+func (c *peerRWMutex) wait(ctx context.Context, lock, unlock func() error) (Unlock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	result, abandoned := make(chan error), make(chan struct{})
+	c.waiters.Go(func() {
+		err := lock()
+		select {
+		case result <- err:
+		case <-abandoned:
+			if err == nil {
+				_ = unlock()
+			}
+		}
+	})
+	select {
+	case err := <-result:
+		if err != nil {
+			return nil, fmt.Errorf("bench: recipe.RWMutex: %w", err)
+		}
+		return func(context.Context) error { return unlock() }, nil
+	case <-ctx.Done():
+		close(abandoned)
+		return nil, ctx.Err()
+	}
+}
+
+// Close revokes the session's lease and closes the client, which ends
+// the goroutines still waiting, then waits for them.
+func (c *peerRWMutex) Close() error {
+	err := c.peerEtcd.Close()
+	c.waiters.Wait()
+	return err
 }

@@ -55,10 +55,11 @@ func TestRunMemoryProgress(t *testing.T) {
 	}
 	// One design (the Locker; memory has no raw or peer designs), 100 ms
 	// each: uncontended, throughput with 1 and 3 clients, hot-key with 2
-	// and 4 waiters, fresh keys; then two TTLs of held locks; no
-	// recovery (memory's locks live in one process), no fanout.
+	// and 4 waiters, fresh keys; then two TTLs of held locks; then
+	// read-write and semaphore, which memory admits; no recovery
+	// (memory's locks live in one process), no fanout.
 	d, held := quick.Duration, 2*quick.HeldTTL
-	plan := []time.Duration{d, d, d, d, d, d, held}
+	plan := []time.Duration{d, d, d, d, d, d, held, d, d}
 	if len(got) != len(plan) {
 		t.Fatalf("%d progress lines, want %d:\n%v", len(got), len(plan), got)
 	}
@@ -74,7 +75,7 @@ func TestRunMemoryProgress(t *testing.T) {
 			t.Errorf("line %d: %s, want step %d of %d with an estimate", i+1, p, i+1, len(plan))
 		}
 	}
-	if !slices.IsSortedFunc(got, func(a, b Progress) int { return int(a.Elapsed - b.Elapsed) }) || !strings.Contains(got[len(got)-1].String(), "left] held-locks") {
+	if !slices.IsSortedFunc(got, func(a, b Progress) int { return int(a.Elapsed - b.Elapsed) }) || !strings.Contains(got[len(got)-1].String(), "left] semaphore") {
 		t.Errorf("progress lines:\n%v", got)
 	}
 }

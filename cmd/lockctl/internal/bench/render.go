@@ -237,7 +237,7 @@ func renderBackendsTable(r *Report) renderTable {
 		for _, c := range []struct {
 			on   bool
 			name string
-		}{{b.Fencing, "fencing"}, {b.FIFO, "FIFO"}, {b.WakeOnRelease, "wake on release"}} {
+		}{{b.Fencing, "fencing"}, {b.FIFO, "FIFO"}, {b.WakeOnRelease, "wake on release"}, {b.Shared, "shared holds"}, {b.Permits, "semaphores"}} {
 			if c.on {
 				caps = append(caps, c.name)
 			}
@@ -290,6 +290,11 @@ var renderAbout = map[string]string{
 	"fanout":      "Redlock on N nodes: the Locker against the raw parallel fan-out.",
 	"recovery":    "A holder is killed (SIGKILL) while a waiter waits: how long until the waiter gets the lock, against the bound TTL + expiry slack + one round trip.",
 	"held-locks":  "One client holds many locks at once, refreshed by the watchdog: what they cost the client.",
+	"read-write": "N readers hold read locks on one key back to back while a writer asks for the write lock every so often: " +
+		"the readers' rate and wait; the writer's waits, its longest, and the writes still waiting at a step's end (starved, " +
+		"where the backend keeps no queue and readers keep overlapping).",
+	"semaphore": "Twice as many clients as the semaphore has permits take a permit, hold it a millisecond and give it back: " +
+		"permits granted per second at the limit, a client's wait for one, and the most held at once.",
 }
 
 // renderHeading is a scenario table's heading in text: its name and
@@ -387,7 +392,43 @@ func renderColumnsFor(rs []renderResult) []renderColumn {
 	cols = append(cols, renderRateColumns()...)
 	cols = append(cols, renderFairnessColumns()...)
 	cols = append(cols, renderRecoveryColumns()...)
+	cols = append(cols, renderReadWriteColumns()...)
+	cols = append(cols, renderSemaphoreColumns()...)
 	return append(cols, renderMemoryColumns()...)
+}
+
+// renderReadWriteColumns say what the writer went through under a
+// stream of readers.
+func renderReadWriteColumns() []renderColumn {
+	has := renderAny(func(x renderResult) bool { return x.ReadWrite != nil })
+	f := func(cell func(*ReadWrite) string) func(renderResult) string {
+		return func(x renderResult) string {
+			if x.ReadWrite == nil {
+				return ""
+			}
+			return cell(x.ReadWrite)
+		}
+	}
+	return []renderColumn{
+		{"writes", true, has, f(func(v *ReadWrite) string { return renderThousands(v.Writes) })},
+		{"writer p50", true, has, f(func(v *ReadWrite) string { return renderDurationOr(v.Wait.P50, "-") })},
+		{"writer p99", true, has, f(func(v *ReadWrite) string { return renderDurationOr(v.Wait.P99, "-") })},
+		{"writer longest", true, has, f(func(v *ReadWrite) string { return renderDurationOr(v.LongestWait, "-") })},
+		{"writes starved", true, has, f(func(v *ReadWrite) string { return strconv.Itoa(v.Starved) })},
+	}
+}
+
+// renderSemaphoreColumns say how full the semaphore was kept.
+func renderSemaphoreColumns() []renderColumn {
+	has := renderAny(func(x renderResult) bool { return x.Semaphore != nil })
+	return []renderColumn{
+		{"most held", true, has, func(x renderResult) string {
+			if x.Semaphore == nil {
+				return ""
+			}
+			return fmt.Sprintf("%d/%d", x.Semaphore.MostHeld, x.Semaphore.Permits)
+		}},
+	}
 }
 
 // renderRTTColumn shows each result's added round-trip time, but only
@@ -488,7 +529,7 @@ func renderAny(has func(renderResult) bool) func([]renderResult) bool {
 
 // renderParamOrder puts the usual parameters first; others follow in
 // alphabetical order.
-var renderParamOrder = []string{"clients", "waiters", "keys", "nodes", "locks"}
+var renderParamOrder = []string{"clients", "waiters", "readers", "permits", "keys", "nodes", "locks"}
 
 // renderParamKeys returns the parameter names any of rs has, in order.
 func renderParamKeys(rs []renderResult) []string {

@@ -102,13 +102,14 @@ func htmlSummary(ts []Target) []htmlCount {
 }
 
 // htmlCharts draws the charts the report has figures for, in order:
-// uncontended latency, throughput by clients, hot key, recovery, memory.
+// uncontended latency, throughput by clients, hot key, recovery, memory,
+// read-write, semaphore.
 func htmlCharts(r *Report) []template.HTML {
 	st := svgStylesFor(r)
 	var svgs []string
 	svgs = append(svgs, svgLatencyChart(r, st), svgThroughputChart(r, st))
 	svgs = append(svgs, svgHotKeyCharts(r, st)...)
-	svgs = append(svgs, svgRecoveryChart(r), svgMemoryChart(r))
+	svgs = append(svgs, svgRecoveryChart(r), svgMemoryChart(r), svgReadWriteChart(r, st), svgSemaphoreChart(r, st))
 	var out []template.HTML
 	for _, s := range svgs {
 		if s != "" {
@@ -587,6 +588,77 @@ func svgMemoryChart(r *Report) string {
 		legend: []svgLegendItem{{"live heap growth / locks held", svgStyle{fill: svgBytes, stroke: svgBytes}, "bar"}},
 	}
 	return svgHBarChart(f, svgLinearAxis(top, func(v float64) string { return renderThousands(int64(v)) }), bars)
+}
+
+// svgReadWriteChart draws the read-write scenario: for each design, the
+// writer's longest wait under the stream of readers as a bar (red where
+// a write was still waiting at a step's end), its p99 marked.
+func svgReadWriteChart(r *Report, st svgStyles) string {
+	var bars []svgHBar
+	top, anyStarved := 0.0, false
+	for _, res := range renderSortResults(r, r.Results) {
+		v := res.ReadWrite
+		if v == nil {
+			continue
+		}
+		style := st.of(res)
+		if v.Starved > 0 {
+			style, anyStarved = svgStyle{fill: svgBad, stroke: svgBad}, true
+		}
+		mark := math.NaN()
+		if v.Wait.P99 > 0 {
+			mark = float64(v.Wait.P99)
+		}
+		bars = append(bars, svgHBar{
+			label: renderLabel(res), v: float64(v.LongestWait), mark: mark, style: style,
+			text: fmt.Sprintf("%s, %d starved", renderDuration(v.LongestWait), v.Starved),
+			tip: fmt.Sprintf("%s: the writer's longest wait %s, p99 %s, p50 %s; %d writes, %d still waiting at a step's end; readers at %s",
+				renderLabel(res), renderDuration(v.LongestWait), renderDuration(v.Wait.P99), renderDuration(v.Wait.P50), v.Writes, v.Starved, renderRate(res.PerSec, res.Unit)),
+		})
+		top = max(top, float64(v.LongestWait), float64(v.Wait.P99))
+	}
+	if len(bars) == 0 {
+		return ""
+	}
+	legend := []svgLegendItem{{"writer's p99 wait", svgStyle{stroke: svgInk}, "rule"}}
+	if anyStarved {
+		legend = append(legend, svgLegendItem{"longest wait, some writes still waiting at a step's end", svgStyle{fill: svgBad, stroke: svgBad}, "bar"})
+	}
+	f := svgFrame{
+		id: "chart-read-write", title: "Read-write: the writer's longest wait under a stream of readers",
+		desc:   "How long the writer waited at most for the write lock while readers kept taking read locks, per backend and design, with its p99 marked. Shorter is better; a backend that keeps no queue lets overlapping readers hold a writer off.",
+		xLabel: "writer's wait for the write lock", legend: legend,
+	}
+	return svgHBarChart(f, svgLinearAxis(top, svgDurationLabel), bars)
+}
+
+// svgSemaphoreChart draws the semaphore scenario: permits granted per
+// second at the limit, per design.
+func svgSemaphoreChart(r *Report, st svgStyles) string {
+	var bars []svgHBar
+	top := 0.0
+	for _, res := range renderSortResults(r, r.Results) {
+		v := res.Semaphore
+		if v == nil {
+			continue
+		}
+		bars = append(bars, svgHBar{
+			label: renderLabel(res), v: svgFinite(res.PerSec), mark: math.NaN(), style: st.of(res),
+			text: renderRate(res.PerSec, res.Unit),
+			tip: fmt.Sprintf("%s: %s with %d clients on %d permits; wait p50 %s, p99 %s; at most %d held at once",
+				renderLabel(res), renderRate(res.PerSec, res.Unit), v.Clients, v.Permits, renderDuration(res.Latency.P50), renderDuration(res.Latency.P99), v.MostHeld),
+		})
+		top = max(top, svgFinite(res.PerSec))
+	}
+	if len(bars) == 0 {
+		return ""
+	}
+	f := svgFrame{
+		id: "chart-semaphore", title: "Semaphore: permits granted per second at the limit",
+		desc:   "How many permits per second a semaphore granted while twice as many clients as it has permits contended for them, per backend and design. Higher is better.",
+		xLabel: "permits granted per second",
+	}
+	return svgHBarChart(f, svgLinearAxis(top, renderCompact), bars)
 }
 
 // ---- styles: a hue per backend, a shade and a dash per design ----

@@ -112,6 +112,22 @@ func renderTestReport() *Report {
 		res.Memory = &Memory{Locks: 10000, HeapBytes: 18_432_000, BytesPerLock: 1843.2, Goroutines: 2}
 		r.Results = append(r.Results, res)
 	}
+	for _, d := range []struct{ backend, design, kind string }{
+		{"redis", "locker", KindLocker}, {"etcd", "locker", KindLocker}, {"etcd", "recipe.RWMutex", KindPeer},
+	} {
+		res := renderRes(ScenarioReadWrite, d.backend, d.design, d.kind, map[string]int{"readers": 4}, 1500, "reads")
+		res.ReadWrite = &ReadWrite{Readers: 4, WriteEvery: 50 * time.Millisecond, Writes: 80,
+			Wait: Latency{Count: 80, P50: 3 * time.Millisecond, P99: 9 * time.Millisecond}, LongestWait: 11 * time.Millisecond}
+		if d.backend == "redis" { // no queue: the readers starve the writer
+			res.ReadWrite.Writes, res.ReadWrite.Starved, res.ReadWrite.LongestWait = 2, 4, 1250*time.Millisecond
+		}
+		r.Results = append(r.Results, res)
+	}
+	for _, b := range []string{"redis", "etcd"} {
+		res := renderRes(ScenarioSemaphore, b, "locker", KindLocker, map[string]int{"permits": 4, "clients": 8}, 2400, "grants")
+		res.Semaphore = &Semaphore{Permits: 4, Clients: 8, MostHeld: 4}
+		r.Results = append(r.Results, res)
+	}
 	r.Results = append(r.Results, renderRes("mystery", "redis", "locker", KindLocker, map[string]int{"shards": 4}, 123, "widgets"))
 	r.Targets = []Target{
 		{Name: "uncontended p50 within 1.2x raw", Backend: "redis", Want: "<= 1.2x raw", Got: "1.11x raw", Met: true, Measured: true},
@@ -289,6 +305,18 @@ func TestWriteText(t *testing.T) {
 	if line := renderRowOf(out, "etcd", "locker", "10,000"); !strings.Contains(line, "1.8 KiB") {
 		t.Errorf("held-locks row = %q, want 1.8 KiB per lock", line)
 	}
+	rw := out[strings.Index(out, "read-write:"):strings.Index(out, "semaphore:")]
+	for _, head := range []string{"readers", "writes", "writer p50", "writer p99", "writer longest", "writes starved"} {
+		if !strings.Contains(renderLine(rw, "backend  design"), head) {
+			t.Errorf("read-write's header lacks %q:\n%s", head, rw)
+		}
+	}
+	if line := strings.TrimSpace(renderRowOf(rw, "redis", "locker")); !regexp.MustCompile(`1,500 reads/s .* 2 +3ms +9ms +1.25s +4$`).MatchString(line) {
+		t.Errorf("read-write redis row = %q, want 1,500 reads/s, 2 writes, p50 3ms, p99 9ms, longest 1.25s, 4 starved", line)
+	}
+	if line := renderRowOf(out[strings.Index(out, "semaphore:"):], "etcd", "locker"); !strings.Contains(line, "2,400 grants/s") || !strings.Contains(line, "4/4") {
+		t.Errorf("semaphore etcd row = %q, want 2,400 grants/s and 4/4 held", line)
+	}
 	if line := renderLine(out, "MISSED"); !strings.Contains(line, "max/min <= 2") || !strings.Contains(line, "∞") {
 		t.Errorf("missed target = %q, want want and got", line)
 	}
@@ -364,13 +392,13 @@ func TestRenderHTML(t *testing.T) {
 	r := renderTestReport()
 	_, _, page := renderAll(t, r)
 	renderCheckHTML(t, page, r)
-	for _, id := range []string{"chart-latency", "chart-throughput", "chart-hotkey-rate", "chart-hotkey-p50", "chart-recovery", "chart-memory"} {
+	for _, id := range []string{"chart-latency", "chart-throughput", "chart-hotkey-rate", "chart-hotkey-p50", "chart-recovery", "chart-memory", "chart-read-write", "chart-semaphore"} {
 		if !strings.Contains(page, `<svg id="`+id+`"`) {
 			t.Errorf("no chart %s", id)
 		}
 	}
-	if n := strings.Count(page, "<svg "); n != 6 {
-		t.Errorf("%d charts, want 6", n)
+	if n := strings.Count(page, "<svg "); n != 8 {
+		t.Errorf("%d charts, want 8", n)
 	}
 	for _, want := range []string{
 		"0.90x raw, 1.20x redsync", `<tr class="met">`, `<tr class="missed">`, `<tr class="unmeasured">`, `<tr class="failed">`,

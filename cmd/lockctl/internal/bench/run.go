@@ -17,10 +17,13 @@ const (
 	ScenarioFanout      = "fanout"
 	ScenarioRecovery    = "recovery"
 	ScenarioHeldLocks   = "held-locks"
+	ScenarioReadWrite   = "read-write"
+	ScenarioSemaphore   = "semaphore"
 )
 
 // Scenarios are every scenario, in run order.
-var Scenarios = []string{ScenarioUncontended, ScenarioThroughput, ScenarioHotKey, ScenarioFreshKeys, ScenarioFanout, ScenarioRecovery, ScenarioHeldLocks}
+var Scenarios = []string{ScenarioUncontended, ScenarioThroughput, ScenarioHotKey, ScenarioFreshKeys, ScenarioFanout, ScenarioRecovery, ScenarioHeldLocks,
+	ScenarioReadWrite, ScenarioSemaphore}
 
 // A Runner measures designs in scenarios and collects the results.
 type Runner struct {

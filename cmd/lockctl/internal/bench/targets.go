@@ -17,8 +17,62 @@ func Judge(rep *Report) []Target {
 		if b.Name != "memory" {
 			ts = append(ts, recoveryGoal(rep, b.Name))
 		}
+		ts = append(ts, writerTargets(rep, b)...)
+		ts = append(ts, semaphoreTarget(rep, b))
 	}
 	return ts
+}
+
+// writerTargets: where the backend queues (FIFO), a writer is not
+// starved by a stream of readers. Elsewhere the read-write scenario
+// measures how long a writer waits, and there is no target to judge.
+func writerTargets(rep *Report, b Backend) []Target {
+	const name, want = "writer not starved", "every write granted within its step under a stream of readers, none still waiting at its end"
+	switch {
+	case !b.FIFO:
+		return nil
+	case !b.Shared:
+		return []Target{notMeasured(name, b.Name, want, "the backend does not admit shared holds (Capabilities.Shared is false)")}
+	}
+	for i := range rep.Results {
+		res := &rep.Results[i]
+		if res.Scenario != ScenarioReadWrite || res.Backend != b.Name || res.Kind != KindLocker || res.ReadWrite == nil {
+			continue
+		}
+		v := res.ReadWrite
+		t := Target{Name: name, Backend: b.Name, Want: want, Measured: true,
+			Got: fmt.Sprintf("%d writes, %d starved; writer p99 %v, longest %v, with %d readers at %.0f reads/s", v.Writes, v.Starved, v.Wait.P99, v.LongestWait.Round(time.Microsecond), v.Readers, res.PerSec)}
+		t.Met = v.Starved == 0 && v.Writes > 0
+		if !t.Met {
+			t.Why = "the backend claims FIFO: a writer queued behind readers must be served before the readers that asked after it"
+		}
+		return []Target{t}
+	}
+	return []Target{notMeasured(name, b.Name, want, "the read-write scenario did not run")}
+}
+
+// semaphoreTarget: never more permits held than the limit.
+func semaphoreTarget(rep *Report, b Backend) Target {
+	const name = "semaphore limit"
+	want := "never more permits held at once than the limit, and permits granted"
+	if !b.Permits {
+		return notMeasured(name, b.Name, want, "the backend does not admit semaphores (Capabilities.Permits is false)")
+	}
+	for i := range rep.Results {
+		res := &rep.Results[i]
+		if res.Scenario != ScenarioSemaphore || res.Backend != b.Name || res.Kind != KindLocker || res.Semaphore == nil {
+			continue
+		}
+		s := res.Semaphore
+		t := Target{Name: name, Backend: b.Name, Want: want, Measured: true,
+			Got: fmt.Sprintf("at most %d of %d held; %.0f grants/s with %d clients, wait p50 %v", s.MostHeld, s.Permits, res.PerSec, s.Clients, res.Latency.P50)}
+		t.Met = s.MostHeld <= s.Permits && res.Ops > 0
+		if !t.Met {
+			t.Why = "the clients saw more permits held at once than the limit, or none granted"
+		}
+		return t
+	}
+	return notMeasured(name, b.Name, want, "the semaphore scenario did not run")
 }
 
 // find returns the result of design kind (and name, if not "") in

@@ -40,6 +40,9 @@ func (e *engine) cell(ctx context.Context, sc *Scenario, d *deployment) Cell {
 			break
 		}
 	}
+	if sc.Bounded {
+		c.Bound = d.ttl + d.slack + expiryMargin
+	}
 	c.judge(slices.Contains(sc.Violates, d.backend), d.fencing)
 	return c
 }
@@ -55,7 +58,7 @@ func (e *engine) round(ctx context.Context, sc *Scenario, d *deployment, i int) 
 	if err != nil {
 		return RoundResult{Err: err.Error()}
 	}
-	r := newRound(key, dd.url, dd.ttl, dd.slack, e.o.Worker, dd.fencing)
+	r := newRound(key, dd.url, dd.ttl, dd.slack, e.spawn, dd.fencing)
 	r.started = e.track
 	err = sc.run(ctx, r, &dd)
 	r.stopAll()
@@ -114,6 +117,18 @@ func (e *engine) startCluster(ctx context.Context, backend string) (*cluster, er
 	return c, err
 }
 
+// lateRounds counts the rounds of a Bounded cell whose rival got the key
+// only after the bound.
+func (c *Cell) lateRounds() int {
+	n := 0
+	for _, h := range c.History {
+		if c.Bound > 0 && h.NewHolder > c.Bound {
+			n++
+		}
+	}
+	return n
+}
+
 // judge sets the cell's expectation and verdict. What must hold
 // everywhere: the key can be taken again once the faults clear, and no
 // write of the current holder is refused. Where the backend fences, no
@@ -129,6 +144,9 @@ func (c *Cell) judge(violates, fencing bool) {
 	}
 	if c.Counts.RightfulRejected > 0 {
 		bad = append(bad, fmt.Sprintf("%d rightful write(s) rejected: a fence went backwards", c.Counts.RightfulRejected))
+	}
+	if late := c.lateRounds(); late > 0 {
+		bad = append(bad, fmt.Sprintf("in %d round(s) the rival waited past TTL + expiry slack + %v (%v), up to %v", late, expiryMargin, c.Bound, c.NewHolder.Round(time.Millisecond)))
 	}
 	switch {
 	case violates:
@@ -146,6 +164,9 @@ func (c *Cell) judge(violates, fencing bool) {
 		if n := c.Counts.StaleAccepted + c.Counts.LateAccepted; n > 0 {
 			bad = append(bad, fmt.Sprintf("%d stale write(s) accepted", n))
 		}
+	}
+	if c.Bound > 0 {
+		c.Expect += fmt.Sprintf("; the rival holds the key within %v of the fault (TTL + expiry slack + %v)", c.Bound, expiryMargin)
 	}
 	c.Expected = len(bad) == 0
 	c.Verdict = "as expected"

@@ -67,6 +67,8 @@ type Backend struct {
 	URL         string        `json:"url"`               // password redacted
 	Servers     string        `json:"servers,omitempty"` // what the servers say of their version, where known
 	Fencing     bool          `json:"fencing"`
+	Shared      bool          `json:"shared,omitempty"`  // admits shared holds
+	Permits     bool          `json:"permits,omitempty"` // admits semaphores
 	TTL         time.Duration `json:"ttl"`
 	ExpirySlack time.Duration `json:"expiry_slack"`
 }
@@ -85,6 +87,11 @@ type Cell struct {
 	// NewHolder: the longest time from the fault until a rival held the
 	// key (the time no one could), over the rounds that had one.
 	NewHolder time.Duration `json:"new_holder,omitempty"`
+	// Bound, for a scenario whose rival must get the key in time (a
+	// killed holder's share or permit coming back), is that time: the
+	// TTL, the backend's expiry slack and expiryMargin. A round past it
+	// makes the cell unexpected.
+	Bound time.Duration `json:"bound,omitempty"`
 	// Expect is what should happen; Verdict says whether it did.
 	Expect   string   `json:"expect"`
 	Verdict  string   `json:"verdict"`
@@ -115,6 +122,8 @@ type deployment struct {
 	label   string // the backend's name, numbered when the run has several of one backend
 	url     string // what the workers are given
 	fencing bool
+	shared  bool // the backend admits shared holds
+	permits bool // and semaphores
 	ttl     time.Duration
 	slack   time.Duration
 	servers []*redisServer // those the engine started, for the scenarios that restart them
@@ -137,7 +146,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := &Report{Tool: "lockctl chaos", Build: buildinfo.Read().String(), Command: o.Command, Started: time.Now(),
 		Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())}
-	e := &engine{o: o, rep: rep, id: runID()}
+	e := &engine{o: o, rep: rep, id: runID(), spawn: execWorkers(o.Worker)}
 	defer e.cleanup()
 	if err := e.prepare(ctx); err != nil {
 		return nil, err
@@ -154,7 +163,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for i, d := range e.deps {
 		wg.Go(func() {
 			for _, sc := range scs {
-				if slices.Contains(sc.Backends, d.backend) && ctx.Err() == nil {
+				if e.applies(sc, d) && ctx.Err() == nil {
 					cells[i] = append(cells[i], e.cell(ctx, sc, d))
 				}
 			}
@@ -218,6 +227,11 @@ type engine struct {
 	step  int
 	steps int
 	sched *schedule
+	// workers is the most worker processes a planned round starts.
+	workers int
+
+	// spawn makes a round's workers: processes of o.Worker.
+	spawn func(url, key string) process
 
 	conns  bench.ConnPeaks
 	procMu sync.Mutex // guards procs
@@ -258,10 +272,11 @@ func (e *engine) prepare(ctx context.Context) error {
 		if caps.Name == "memory" {
 			return fmt.Errorf("%s: the memory backend's locks live in one process; chaos needs holders in processes of their own (give a server backend)", locker.Redact(u))
 		}
-		d := &deployment{index: len(e.deps), backend: caps.Name, label: e.label(caps.Name), url: u, fencing: caps.Fencing, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
+		d := &deployment{index: len(e.deps), backend: caps.Name, label: e.label(caps.Name), url: u, fencing: caps.Fencing,
+			shared: caps.Shared, permits: caps.Permits, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
 		e.deps = append(e.deps, d)
 		e.rep.Backends = append(e.rep.Backends, Backend{Name: d.label, URL: locker.Redact(u), Servers: bench.ServerVersions(ctx, caps.Name, u),
-			Fencing: d.fencing, TTL: d.ttl, ExpirySlack: d.slack})
+			Fencing: d.fencing, Shared: d.shared, Permits: d.permits, TTL: d.ttl, ExpirySlack: d.slack})
 	}
 	dir, err := os.MkdirTemp("", "lockctl-chaos-")
 	e.dir = dir
@@ -289,12 +304,24 @@ func (e *engine) cleanup() {
 	}
 }
 
-// plan counts the rounds coming, and schedules them per deployment.
+// applies reports whether sc runs on d: d's backend is one of sc's,
+// and it admits the kinds of hold sc takes.
+func (e *engine) applies(sc *Scenario, d *deployment) bool {
+	ok, _ := sc.admits(d)
+	return ok && slices.Contains(sc.Backends, d.backend)
+}
+
+// plan counts the rounds coming, and schedules them per deployment. It
+// notes the scenarios a deployment's backend does not admit.
 func (e *engine) plan(scs []*Scenario) {
 	rounds := make([][]string, len(e.deps))
 	for _, sc := range scs {
 		for i, d := range e.deps {
-			if slices.Contains(sc.Backends, d.backend) {
+			if ok, why := sc.admits(d); !ok && slices.Contains(sc.Backends, d.backend) {
+				e.rep.Notes = append(e.rep.Notes, why)
+			}
+			if e.applies(sc, d) {
+				e.workers = max(e.workers, sc.workers())
 				e.steps += e.o.Rounds
 				for range e.o.Rounds {
 					rounds[i] = append(rounds[i], sc.Name)

@@ -13,12 +13,14 @@ import (
 const connSampleEvery = 200 * time.Millisecond
 
 // connsNote says how many connections the run opens: each round has two
-// worker processes, each with one Locker (on ZooKeeper, one session: one
-// connection to one server), and the deployments run their rounds at
-// once. On ZooKeeper that stays under the default maxClientCnxns unless
-// some thirty deployments share a server.
+// worker processes (three in some scenarios of shared holds and
+// semaphores: Scenario.Workers), each with one Locker (on ZooKeeper, one
+// session: one connection to one server), and the deployments run their
+// rounds at once. On ZooKeeper that stays under the default
+// maxClientCnxns unless some twenty deployments share a server.
 func (e *engine) connsNote() string {
-	s := fmt.Sprintf("two worker processes at once per deployment, each with one client of its own; %d deployment(s) at once", len(e.deps))
+	n := max(e.workers, 2)
+	s := fmt.Sprintf("%s worker processes at once per deployment, each with one client of its own; %d deployment(s) at once", numberWord(n), len(e.deps))
 	zk := 0
 	for _, d := range e.deps {
 		if d.backend == "zookeeper" {
@@ -27,12 +29,23 @@ func (e *engine) connsNote() string {
 	}
 	switch {
 	case zk == 0:
-	case 2*zk < bench.ZKMaxClientCnxns:
-		s += fmt.Sprintf("; on ZooKeeper at most %d sessions at once, one connection each: under the default maxClientCnxns (%d connections per client address)", 2*zk, bench.ZKMaxClientCnxns)
+	case n*zk < bench.ZKMaxClientCnxns:
+		s += fmt.Sprintf("; on ZooKeeper at most %d sessions at once, one connection each: under the default maxClientCnxns (%d connections per client address)", n*zk, bench.ZKMaxClientCnxns)
 	default:
-		s += fmt.Sprintf("; on ZooKeeper up to %d sessions at once, one connection each: more than a server at the default maxClientCnxns (%d connections per client address) allows, should the deployments share one", 2*zk, bench.ZKMaxClientCnxns)
+		s += fmt.Sprintf("; on ZooKeeper up to %d sessions at once, one connection each: more than a server at the default maxClientCnxns (%d connections per client address) allows, should the deployments share one", n*zk, bench.ZKMaxClientCnxns)
 	}
 	return s
+}
+
+// numberWord spells the small numbers of workers.
+func numberWord(n int) string {
+	if n == 3 {
+		return "three"
+	}
+	if n == 2 {
+		return "two"
+	}
+	return fmt.Sprint(n)
 }
 
 // track adds a worker to those sampleConns counts.
@@ -79,7 +92,9 @@ func (e *engine) livePids() []int {
 		default:
 		}
 		live = append(live, p)
-		pids = append(pids, p.cmd.Process.Pid)
+		if pid := p.process.pid(); pid > 0 {
+			pids = append(pids, pid)
+		}
 	}
 	e.procs = live
 	return pids

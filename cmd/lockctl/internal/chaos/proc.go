@@ -20,37 +20,73 @@ import (
 // deployment at url: lockctl's is "lockctl chaos-worker".
 type WorkerCommand func(url, key string) *exec.Cmd
 
+// process is a worker as the engine drives it: its standard streams and
+// the signals it takes. It is a lockctl chaos-worker process
+// (execProcess); the package's tests run Serve in-process instead, on
+// the memory backend, whose clients pause and crash as processes do.
+type process interface {
+	// start starts the worker, its standard error going to stderr, and
+	// returns its standard input and output.
+	start(stderr io.Writer) (io.WriteCloser, io.ReadCloser, error)
+	// signal sends it SIGSTOP, SIGCONT or SIGKILL.
+	signal(sig syscall.Signal) error
+	// wait returns once it has exited; its output has ended by then.
+	wait()
+	// pid is its process id, for counting its connections; 0 when it is
+	// not a process of its own.
+	pid() int
+}
+
+// execProcess is a worker in a process of its own.
+type execProcess struct{ cmd *exec.Cmd }
+
+// execWorkers makes worker's processes.
+func execWorkers(worker WorkerCommand) func(url, key string) process {
+	return func(url, key string) process { return &execProcess{cmd: worker(url, key)} }
+}
+
+func (e *execProcess) start(stderr io.Writer) (io.WriteCloser, io.ReadCloser, error) {
+	e.cmd.Stderr = stderr
+	in, err := e.cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := e.cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	return in, out, e.cmd.Start()
+}
+
+func (e *execProcess) signal(sig syscall.Signal) error { return e.cmd.Process.Signal(sig) }
+
+func (e *execProcess) wait() { e.cmd.Wait() }
+
+func (e *execProcess) pid() int { return e.cmd.Process.Pid }
+
 // proc is one worker process as the engine sees it: its input and the
 // events it wrote. The worker's connections go through proxies of its
 // own (Faults), which the engine's fault commands set.
 type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	events chan event // every event, in order, stamped
-	exited chan struct{}
-	stderr *tail
+	name    string
+	process process
+	in      io.WriteCloser
+	events  chan event // every event, in order, stamped
+	exited  chan struct{}
+	stderr  *tail
 }
 
 // startProc starts a worker named name for key on url; every event it
 // writes goes to r.observe, then to the proc's events channel.
 func (r *round) startProc(ctx context.Context, name, url string) (*proc, error) {
 	p := &proc{name: name, events: make(chan event, 1024), exited: make(chan struct{}), stderr: &tail{}}
-	p.cmd = r.worker(url, r.key)
-	p.cmd.Stderr = p.stderr
-	var err error
-	p.in, err = p.cmd.StdinPipe()
-	if err == nil {
-		var out io.ReadCloser
-		if out, err = p.cmd.StdoutPipe(); err == nil {
-			if err = p.cmd.Start(); err == nil {
-				go p.read(out, r)
-			}
-		}
-	}
+	p.process = r.spawn(url, r.key)
+	in, out, err := p.process.start(p.stderr)
 	if err != nil {
 		return nil, fmt.Errorf("starting worker %s: %w", name, err)
 	}
+	p.in = in
+	go p.read(out, r)
 	r.procs = append(r.procs, p)
 	if r.started != nil {
 		r.started(p)
@@ -76,7 +112,7 @@ func (p *proc) read(out io.Reader, r *round) {
 		r.observe(p.name, e)
 		p.events <- e
 	}
-	p.cmd.Wait()
+	p.process.wait()
 }
 
 // send writes a command line to the worker. A stopped worker reads it
@@ -117,7 +153,7 @@ func (p *proc) do(ctx context.Context, d time.Duration, cmd string, want ...stri
 }
 
 func (p *proc) signal(sig syscall.Signal) error {
-	return p.cmd.Process.Signal(sig)
+	return p.process.signal(sig)
 }
 
 // stop ends the worker: end of input lets it release what it holds; a
@@ -128,7 +164,7 @@ func (p *proc) stop() {
 	select {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
+		p.process.signal(syscall.SIGKILL)
 		<-p.exited
 	}
 }

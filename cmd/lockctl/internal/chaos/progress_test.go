@@ -64,4 +64,14 @@ func TestConnsNote(t *testing.T) {
 			t.Errorf("%v: %q, want it to say %q", tc.backends, got, tc.want)
 		}
 	}
+	// A scenario with three workers a round, planned on 20 ZooKeeper
+	// deployments that admit its kind: 60 sessions.
+	e := &engine{o: Options{Rounds: 1}, rep: &Report{}}
+	for range 20 {
+		e.deps = append(e.deps, &deployment{backend: "zookeeper", shared: true})
+	}
+	e.plan([]*Scenario{scenario(t, "kill-shared")})
+	if got, want := e.connsNote(), "three worker processes at once per deployment"; !strings.Contains(got, want) || !strings.Contains(got, "up to 60 sessions") {
+		t.Errorf("%q, want it to say %q and up to 60 sessions", got, want)
+	}
 }

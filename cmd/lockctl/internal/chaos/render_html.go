@@ -97,6 +97,15 @@ type timeline struct {
 	span    time.Duration // the x axis' end
 }
 
+// heldText names what a hold took, for its tooltip: " the lock", " a
+// shared hold", " 1 of 2 permits".
+func heldText(h Hold) string {
+	if k := kindText(h); k != "" {
+		return k
+	}
+	return " the lock"
+}
+
 // timelineSVG draws one round of the cell whose example it is: a bar per
 // hold (the time a client believed it held the lock), a tick per write
 // (coloured by verdict), the engine's marks (faults) as dashed lines, a
@@ -118,14 +127,18 @@ func timelineSVG(c Cell, res *RoundResult) template.HTML {
 	fmt.Fprintf(b, `<title id="%s-title">%s on %s: one round's timeline</title>`, id, esc(c.Scenario), esc(c.Backend))
 	tl.axes(b, bottom)
 	for _, h := range res.Holds {
-		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" class="point hold" fill="#9bc4e8"><title>%s held the lock from %v to %v (%s)</title></rect>`,
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" class="point hold" fill="#9bc4e8"><title>%s held%s from %v to %v (%s)</title></rect>`,
 			tl.x(h.From), tl.y(h.Client)+(tlLane-tlBar)/2, max(tl.x(h.To)-tl.x(h.From), 1), tlBar,
-			esc(h.Client), h.From.Round(time.Millisecond), h.To.Round(time.Millisecond), esc(h.Ended))
+			esc(h.Client), esc(heldText(h)), h.From.Round(time.Millisecond), h.To.Round(time.Millisecond), esc(h.Ended))
 	}
 	colors := map[string]string{"rightful": "#2a2", "stale-accepted": "#d00", "late-accepted": "#e80", "stale-rejected": "#24c", "rightful-rejected": "#a0a"}
 	for _, w := range res.Writes {
-		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="4" height="%.0f" class="point write" fill="%s"><title>%s wrote with fence %d at %v: %s</title></rect>`,
-			tl.x(w.At)-2, tl.y(w.Client)+2, tlLane-4, cmp.Or(colors[w.Verdict], "#222"), esc(w.Client), w.Fence, w.At.Round(time.Millisecond), esc(w.Verdict))
+		verb := "wrote"
+		if w.Read {
+			verb = "read"
+		}
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="4" height="%.0f" class="point write" fill="%s"><title>%s %s with fence %d at %v: %s</title></rect>`,
+			tl.x(w.At)-2, tl.y(w.Client)+2, tlLane-4, cmp.Or(colors[w.Verdict], "#222"), esc(w.Client), verb, w.Fence, w.At.Round(time.Millisecond), esc(w.Verdict))
 	}
 	for _, m := range res.Timeline {
 		if m.Client == "" {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/distlock/locker/backend"
 )
 
 // op is one step of a resource's history: a grant to client, or (write
@@ -120,7 +122,7 @@ func TestResourceVerdicts(t *testing.T) {
 			var got []Write
 			for i, o := range tt.ops {
 				if !o.write {
-					r.grant(o.client)
+					r.grant(o.client, backend.Claim{})
 					continue
 				}
 				at := time.Duration(i) * time.Millisecond
@@ -276,5 +278,162 @@ func TestRoundObserve(t *testing.T) {
 		if !strings.Contains(res.Timeline[i].What, sub) {
 			t.Errorf("mark %d = %q, want it to say %q", i, res.Timeline[i].What, sub)
 		}
+	}
+}
+
+// kop is one step of a resource's history with kinds: a grant of claim
+// to client, a release, a stall (paused or killed), or an access.
+type kop struct {
+	do     string // "grant", "release", "stall", "access"
+	client string
+	claim  backend.Claim
+	fence  uint64
+}
+
+var (
+	exclusive = backend.Claim{}
+	shared    = backend.Claim{Kind: backend.Shared}
+	permit2   = backend.Claim{Kind: backend.Permit, Limit: 2, Weight: 1}
+)
+
+func kgrant(c string, cl backend.Claim) kop { return kop{do: "grant", client: c, claim: cl} }
+func kaccess(c string, f uint64) kop        { return kop{do: "access", client: c, fence: f} }
+func krelease(c string) kop                 { return kop{do: "release", client: c} }
+func kstall(c string) kop                   { return kop{do: "stall", client: c} }
+
+// TestResourceKinds: the checker applies the key's rule to fences and
+// to grants: readers share, a reader is refused after a newer writer's
+// write and a writer after a newer reader's read; a permit holder is
+// refused once newer holders' fences take its permit, and is superseded
+// only when the live grants exceed the limit.
+func TestResourceKinds(t *testing.T) {
+	tests := []struct {
+		name     string
+		fencing  bool
+		ops      []kop
+		verdicts []string
+		counts   Counts
+	}{
+		{
+			name:     "readers share, with any fences",
+			fencing:  true,
+			ops:      []kop{kgrant("A", shared), kgrant("B", shared), kaccess("B", 6), kaccess("A", 5), kaccess("B", 6)},
+			verdicts: []string{"rightful", "rightful", "rightful"},
+		},
+		{
+			name:    "a paused writer's stale write is refused after a newer reader's read",
+			fencing: true,
+			ops: []kop{kgrant("A", exclusive), kaccess("A", 5), kstall("A"), kgrant("B", shared), kaccess("B", 6),
+				kaccess("A", 5)},
+			verdicts: []string{"rightful", "rightful", "stale-rejected"},
+			counts:   Counts{StaleRejected: 1},
+		},
+		{
+			name:     "without fencing the paused writer's write lands after the read",
+			ops:      []kop{kgrant("A", exclusive), kaccess("A", 0), kgrant("B", shared), kaccess("B", 0), kaccess("A", 0)},
+			verdicts: []string{"rightful", "rightful", "stale-accepted"},
+			counts:   Counts{StaleAccepted: 1},
+		},
+		{
+			name:     "a paused reader's stale read is refused after a newer writer's write",
+			fencing:  true,
+			ops:      []kop{kgrant("A", shared), kaccess("A", 5), kgrant("B", exclusive), kaccess("B", 6), kaccess("A", 5)},
+			verdicts: []string{"rightful", "rightful", "stale-rejected"},
+			counts:   Counts{StaleRejected: 1},
+		},
+		{
+			name:     "a released reader is not superseded by a later reader",
+			fencing:  true,
+			ops:      []kop{kgrant("A", shared), krelease("A"), kgrant("B", shared), kgrant("A", shared), kaccess("A", 7), kaccess("B", 6)},
+			verdicts: []string{"rightful", "rightful"},
+		},
+		{
+			name:    "a paused permit holder is superseded, and refused, once newer holders take the permits",
+			fencing: true,
+			ops: []kop{kgrant("A", permit2), kaccess("A", 5), kgrant("C", permit2), kaccess("C", 6), kstall("A"),
+				kgrant("B", permit2), kaccess("B", 7), kaccess("A", 5), kaccess("C", 6)},
+			verdicts: []string{"rightful", "rightful", "rightful", "stale-rejected", "rightful"},
+			counts:   Counts{StaleRejected: 1},
+		},
+		{
+			// The stalled holder is the one superseded, not the earliest;
+			// but its fence is among the 2 newest, which a semaphore's
+			// fence check cannot tell from a rightful holder's.
+			name:    "a stalled permit holder with one of the newest fences passes the fence check",
+			fencing: true,
+			ops: []kop{kgrant("C", permit2), kgrant("A", permit2), kstall("A"), kgrant("B", permit2),
+				kaccess("C", 5), kaccess("B", 7), kaccess("A", 6)},
+			verdicts: []string{"rightful", "rightful", "stale-accepted"},
+			counts:   Counts{StaleAccepted: 1},
+		},
+		{
+			name:     "permits within the limit, and a release, supersede no one",
+			fencing:  true,
+			ops:      []kop{kgrant("A", permit2), kgrant("B", permit2), krelease("B"), kgrant("C", permit2), kaccess("A", 5), kaccess("C", 7)},
+			verdicts: []string{"rightful", "rightful"},
+		},
+		{
+			name:     "without fencing a superseded permit holder's access is accepted",
+			ops:      []kop{kgrant("A", permit2), kgrant("C", permit2), kgrant("B", permit2), kaccess("B", 0), kaccess("A", 0)},
+			verdicts: []string{"rightful", "stale-accepted"},
+			counts:   Counts{StaleAccepted: 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &resource{fencing: tt.fencing}
+			var got []string
+			for i, o := range tt.ops {
+				switch o.do {
+				case "grant":
+					r.grant(o.client, o.claim)
+				case "release":
+					r.release(o.client)
+				case "stall":
+					r.stall(o.client)
+				default:
+					got = append(got, r.write(o.client, o.fence, time.Duration(i)).Verdict)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(tt.verdicts, ",") {
+				t.Errorf("verdicts %q, want %q", got, tt.verdicts)
+			}
+			if r.counts != tt.counts {
+				t.Errorf("counts = %+v, want %+v", r.counts, tt.counts)
+			}
+		})
+	}
+}
+
+// TestOverlapsKinds: shared holds together and permits within the limit
+// are no overlap; a shared hold beside an exclusive one is; permits
+// beyond the limit count once per group of clients.
+func TestOverlapsKinds(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	sh := func(c string, from, to int) Hold { return Hold{Client: c, From: ms(from), To: ms(to), Kind: "shared"} }
+	ex := func(c string, from, to int) Hold { return Hold{Client: c, From: ms(from), To: ms(to)} }
+	pm := func(c string, from, to int) Hold {
+		return Hold{Client: c, From: ms(from), To: ms(to), Kind: "permit", Limit: 2, Weight: 1}
+	}
+	tests := []struct {
+		name  string
+		holds []Hold
+		want  int
+	}{
+		{"readers together", []Hold{sh("A", 0, 100), sh("B", 10, 90), sh("C", 20, 80)}, 0},
+		{"a writer inside a reader", []Hold{sh("A", 0, 100), ex("B", 10, 20)}, 1},
+		{"a reader inside a writer", []Hold{ex("A", 0, 100), sh("B", 10, 20), sh("C", 30, 40)}, 2},
+		{"two readers then a writer after", []Hold{sh("A", 0, 10), sh("B", 5, 15), ex("C", 15, 30)}, 0},
+		{"two permits of two", []Hold{pm("A", 0, 100), pm("B", 10, 90)}, 0},
+		{"three permits of two", []Hold{pm("A", 0, 100), pm("B", 10, 90), pm("C", 20, 30)}, 1},
+		{"three of two twice, one group", []Hold{pm("A", 0, 100), pm("B", 10, 90), pm("C", 20, 30), pm("C", 40, 50)}, 1},
+		{"three of two, two groups", []Hold{pm("A", 0, 100), pm("B", 10, 90), pm("C", 20, 30), pm("D", 40, 50)}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := overlaps(tt.holds); got != tt.want {
+				t.Errorf("overlaps = %d, want %d", got, tt.want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -11,12 +12,12 @@ import (
 // round is one run of a scenario on one deployment: a fresh key, the
 // worker processes, the resource they write to, and the history.
 type round struct {
-	key    string
-	url    string // the deployment the workers use
-	ttl    time.Duration
-	slack  time.Duration // the backend's ExpirySlack
-	worker WorkerCommand
-	start  time.Time
+	key   string
+	url   string // the deployment the workers use
+	ttl   time.Duration
+	slack time.Duration                 // the backend's ExpirySlack
+	spawn func(url, key string) process // makes the round's workers
+	start time.Time
 	// started, if set, hears of each worker the round starts.
 	started func(*proc)
 
@@ -31,6 +32,10 @@ type round struct {
 	// the key, and whether the key could be taken again at the end.
 	newHolder time.Duration
 	recovered bool
+	// family is the kind of hold that takes the key again at the end:
+	// "" (exclusive) for a mutex or a read/write lock, the semaphore's
+	// kind for a semaphore, whose clients must agree on its limit.
+	family string
 }
 
 // Mark is one moment of a round's timeline.
@@ -40,8 +45,8 @@ type Mark struct {
 	What   string        `json:"what"`
 }
 
-func newRound(key, url string, ttl, slack time.Duration, worker WorkerCommand, fencing bool) *round {
-	return &round{key: key, url: url, ttl: ttl, slack: slack, worker: worker, start: time.Now(),
+func newRound(key, url string, ttl, slack time.Duration, spawn func(url, key string) process, fencing bool) *round {
+	return &round{key: key, url: url, ttl: ttl, slack: slack, spawn: spawn, start: time.Now(),
 		res: resource{fencing: fencing}, open: map[string]int{}}
 }
 
@@ -66,12 +71,17 @@ func (r *round) observe(client string, e event) {
 	case evGranted:
 		r.endHold(client, e.At, "re-granted")
 		r.open[client] = len(r.holds)
-		r.holds = append(r.holds, Hold{Client: client, From: e.At, To: -1})
-		r.res.grant(client)
-		what = fmt.Sprintf("granted, fence %s", fenceText(e.Fence, e.Fenced))
+		h := Hold{Client: client, From: e.At, To: -1, Kind: e.Kind, Limit: e.Limit, Weight: e.Weight}
+		r.holds = append(r.holds, h)
+		r.res.grant(client, h.claim())
+		what = fmt.Sprintf("granted%s, fence %s", kindText(h), fenceText(e.Fence, e.Fenced))
 	case evWrite:
 		w := r.res.write(client, e.Fence, e.At)
-		what = fmt.Sprintf("write with fence %s: %s", fenceText(e.Fence, e.Fenced), w.Verdict)
+		access := "write"
+		if w.Read {
+			access = "read"
+		}
+		what = fmt.Sprintf("%s with fence %s: %s", access, fenceText(e.Fence, e.Fenced), w.Verdict)
 	case evSkip:
 		r.res.counts.Skipped++
 		what = "write skipped: the lock was lost (" + e.Err + ")"
@@ -80,6 +90,7 @@ func (r *round) observe(client string, e event) {
 		what = "lost: " + e.Err
 	case evReleased:
 		r.endHold(client, e.At, "released")
+		r.res.release(client)
 	case evError:
 		what = "error: " + e.Err
 	case evReady:
@@ -99,6 +110,18 @@ func (r *round) endHold(client string, at time.Duration, why string) {
 	r.holds[i].To, r.holds[i].Ended = at, why
 }
 
+// kindText names a hold's kind for the timeline: "", " a shared hold",
+// " 1 of 2 permits".
+func kindText(h Hold) string {
+	switch h.Kind {
+	case "shared":
+		return " a shared hold"
+	case "permit":
+		return fmt.Sprintf(" %d of %d permits", h.Weight, h.Limit)
+	}
+	return ""
+}
+
 func fenceText(fence uint64, fenced bool) string {
 	if !fenced {
 		return "none"
@@ -106,13 +129,26 @@ func fenceText(fence uint64, fenced bool) string {
 	return fmt.Sprint(fence)
 }
 
-// kill kills p with SIGKILL; its hold ends there.
+// kill kills p with SIGKILL; its hold ends there, as far as its belief
+// goes; on the servers it lasts until it expires.
 func (r *round) kill(p *proc) {
 	p.signal(syscall.SIGKILL)
 	at := r.mark("%s killed (SIGKILL)", p.name)
 	r.mu.Lock()
 	r.endHold(p.name, at, "killed")
+	r.res.stall(p.name)
 	r.mu.Unlock()
+}
+
+// pause stops p with SIGSTOP, and returns when: nothing refreshes its
+// lock until it resumes.
+func (r *round) pause(p *proc) time.Duration {
+	p.signal(syscall.SIGSTOP)
+	at := r.mark("%s paused (SIGSTOP)", p.name)
+	r.mu.Lock()
+	r.res.stall(p.name)
+	r.mu.Unlock()
+	return at
 }
 
 // stopAll stops every worker still running.
@@ -138,7 +174,13 @@ func (r *round) outcome() RoundResult {
 
 // acquire has p take the key with the round's TTL, waiting at most wait.
 func (r *round) acquire(ctx context.Context, p *proc, ttl, wait time.Duration) (event, error) {
-	return p.do(ctx, wait+10*time.Second, fmt.Sprintf("acquire %v %v", ttl, wait), evGranted)
+	return r.acquireAs(ctx, p, ttl, wait, "")
+}
+
+// acquireAs is acquire of a kind of hold: "" (exclusive), "shared",
+// "limit=N" (see the worker's acquire command).
+func (r *round) acquireAs(ctx context.Context, p *proc, ttl, wait time.Duration, kind string) (event, error) {
+	return p.do(ctx, wait+10*time.Second, strings.TrimSpace(fmt.Sprintf("acquire %v %v %s", ttl, wait, kind)), evGranted)
 }
 
 // write has p write; with ifHeld only while it believes it holds.

@@ -25,8 +25,43 @@ type Scenario struct {
 	// acquires, Kleppmann's case: one faulty node of the three then hands
 	// a rival a majority. With all five votes, one node cannot.
 	Bare bool
-	run  func(ctx context.Context, r *round, d *deployment) error
+	// Needs is the kind of hold the scenario takes besides the mutex:
+	// needShared or needPermits. It runs only on the backends whose
+	// Capabilities admit it, and the report notes the others.
+	Needs string
+	// Bounded: a rival must get the key within the lock's TTL, the
+	// backend's expiry slack and expiryMargin after the fault (a killed
+	// holder's share or permit comes back in time).
+	Bounded bool
+	// Workers is how many worker processes a round starts, if not 2.
+	Workers int
+	run     func(ctx context.Context, r *round, d *deployment) error
 }
+
+// workers is how many worker processes a round of sc starts.
+func (sc *Scenario) workers() int { return max(sc.Workers, 2) }
+
+// What a scenario may need of a backend (Scenario.Needs).
+const (
+	needShared  = "shared holds"
+	needPermits = "semaphores"
+)
+
+// admits reports whether sc can run on d, and if not, why.
+func (sc *Scenario) admits(d *deployment) (bool, string) {
+	switch {
+	case sc.Needs == needShared && !d.shared:
+		return false, fmt.Sprintf("%s: not run on %s: the backend does not admit shared holds (Capabilities.Shared is false)", sc.Name, d.label)
+	case sc.Needs == needPermits && !d.permits:
+		return false, fmt.Sprintf("%s: not run on %s: the backend does not admit semaphores (Capabilities.Permits is false)", sc.Name, d.label)
+	}
+	return true, ""
+}
+
+// expiryMargin is what a Bounded scenario allows beyond the TTL and the
+// backend's expiry slack: the rival's wake-up and round trips on a
+// loaded machine.
+const expiryMargin = time.Second
 
 // serverSet is what servers a scenario starts for itself.
 type serverSet int
@@ -71,6 +106,16 @@ var Scenarios = []*Scenario{
 		About: "3 of 5 nodes are killed while the lock is held and come back empty after the TTL and more: nobody can hold the key meanwhile, and the holder must know it lost it"},
 	{Name: "restart-delayed", Backends: []string{"redlock"}, Servers: ownServers, Bare: true, run: runRestartDelayed,
 		About: "one of the 3 of 5 nodes the holder reached is restarted without persistence after staying down for the lock's TTL and more (the distlock page's delayed restart)"},
+	{Name: "pause-writer", Backends: serverBackends, Needs: needShared, Violates: []string{"redlock"}, run: runPauseWriter,
+		About: "a read/write lock's writer is paused (SIGSTOP) past its TTL; a reader takes a read lock and reads; the writer resumes and makes the write it had decided on: its fence is below the reader's, and a resource that checks fences refuses it"},
+	{Name: "pause-shared", Backends: serverBackends, Needs: needShared, Violates: []string{"redlock"}, run: runPauseShared,
+		About: "a reader (shared holder) is paused (SIGSTOP) past its TTL; a writer takes the key once the reader's share expires, and writes; the reader resumes and reads: its fence is below the writer's"},
+	{Name: "pause-permit", Backends: serverBackends, Needs: needPermits, Violates: []string{"redlock"}, Workers: 3, run: runPausePermit,
+		About: "a semaphore of 2 permits: the first holder is paused (SIGSTOP) past its TTL while a second holds the other permit; a third takes the paused holder's permit once it expires, and writes; the paused holder resumes and writes: two newer fences hold both permits, and the resource refuses it"},
+	{Name: "kill-shared", Backends: serverBackends, Needs: needShared, Bounded: true, Workers: 3, run: runKillShared,
+		About: "two readers hold the key; one is killed (SIGKILL) and the other releases; a writer waits for the killed reader's share, which must come back within TTL + expiry slack"},
+	{Name: "kill-permit", Backends: serverBackends, Needs: needPermits, Bounded: true, Workers: 3, run: runKillPermit,
+		About: "a semaphore of 2 permits, both held; one holder is killed (SIGKILL); a third client waits for its permit, which must come back within TTL + expiry slack"},
 }
 
 var serverBackends = []string{"redis", "redlock", "zookeeper", "etcd"}
@@ -303,6 +348,134 @@ func runRestartDelayed(ctx context.Context, r *round, d *deployment) error {
 	return r.release(ctx, b)
 }
 
+// Kinds of hold, as the worker's acquire command takes them.
+const (
+	asShared  = "shared"
+	asPermit2 = "limit=2" // one permit of a semaphore of 2
+)
+
+// takeAs has p take the key as kind (see asShared), waiting up to an
+// expiry, and access the resource.
+func takeAs(ctx context.Context, r *round, p *proc, kind string) error {
+	if _, err := r.acquireAs(ctx, p, r.ttl, r.expiry(r.ttl), kind); err != nil {
+		return err
+	}
+	_, err := r.write(ctx, p, true)
+	return err
+}
+
+// rivalAs has b take the key as kind after the fault at faultAt, and
+// access the resource; it records how long the key was unavailable.
+func rivalAs(ctx context.Context, r *round, b *proc, kind string, faultAt time.Duration) error {
+	e, err := r.acquireAs(ctx, b, r.ttl, r.expiry(r.ttl), kind)
+	if err != nil {
+		return err
+	}
+	r.newHolder = e.At - faultAt
+	_, err = r.write(ctx, b, true)
+	return err
+}
+
+// workers starts the named workers.
+func workers(ctx context.Context, r *round, names ...string) ([]*proc, error) {
+	var ps []*proc
+	for _, n := range names {
+		p, err := r.startProc(ctx, n, r.url)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// pauseKinds: A holds the key as aKind and accesses it; A is paused
+// past its TTL; B takes the key as bKind once A's hold expired (with
+// others holding as they please: before, called once A holds) and
+// accesses it; A resumes and makes the access it had decided on.
+func pauseKinds(ctx context.Context, r *round, aKind, bKind string, before func(a *proc) error) error {
+	ps, err := workers(ctx, r, "A", "B")
+	if err != nil {
+		return err
+	}
+	a, b := ps[0], ps[1]
+	if err := takeAs(ctx, r, a, aKind); err != nil {
+		return err
+	}
+	if err := before(a); err != nil {
+		return err
+	}
+	at := r.pause(a)
+	if err := rivalAs(ctx, r, b, bKind, at); err != nil {
+		return err
+	}
+	a.send("write") // read when A resumes: the access it had decided on
+	a.signal(syscall.SIGCONT)
+	r.mark("A resumed (SIGCONT)")
+	if _, err := a.await(ctx, evWrite); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+func noOne(*proc) error { return nil }
+
+func runPauseWriter(ctx context.Context, r *round, _ *deployment) error {
+	return pauseKinds(ctx, r, "", asShared, noOne)
+}
+
+func runPauseShared(ctx context.Context, r *round, _ *deployment) error {
+	return pauseKinds(ctx, r, asShared, "", noOne)
+}
+
+// runPausePermit: A is granted its permit first, C the other one, so
+// that the two newer fences, C's and the rival's, are what refuses A.
+func runPausePermit(ctx context.Context, r *round, _ *deployment) error {
+	r.family = asPermit2
+	return pauseKinds(ctx, r, asPermit2, asPermit2, func(*proc) error {
+		c, err := r.startProc(ctx, "C", r.url)
+		if err != nil {
+			return err
+		}
+		return takeAs(ctx, r, c, asPermit2)
+	})
+}
+
+// killKinds: A and C hold the key as kind; A is killed; C lets go where
+// release says so; B takes the key as bKind, which A's expiry lets in.
+func killKinds(ctx context.Context, r *round, kind, bKind string, release bool) error {
+	ps, err := workers(ctx, r, "A", "C", "B")
+	if err != nil {
+		return err
+	}
+	a, c, b := ps[0], ps[1], ps[2]
+	for _, p := range []*proc{a, c} {
+		if err := takeAs(ctx, r, p, kind); err != nil {
+			return err
+		}
+	}
+	r.kill(a)
+	at := r.since()
+	if release {
+		if _, err := c.do(ctx, 10*time.Second, "release", evReleased); err != nil {
+			return err
+		}
+	}
+	if err := rivalAs(ctx, r, b, bKind, at); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+func runKillShared(ctx context.Context, r *round, _ *deployment) error {
+	return killKinds(ctx, r, asShared, "", true)
+}
+
+func runKillPermit(ctx context.Context, r *round, _ *deployment) error {
+	r.family = asPermit2
+	return killKinds(ctx, r, asPermit2, asPermit2, false)
+}
+
 // release has p release its lock, and then checks that the key can be
 // taken again.
 func (r *round) release(ctx context.Context, p *proc) error {
@@ -320,7 +493,7 @@ func (r *round) takeAgain(ctx context.Context, p *proc) error {
 			return err
 		}
 	}
-	if _, err := r.acquire(ctx, p, r.ttl, r.expiry(r.ttl)); err != nil {
+	if _, err := r.acquireAs(ctx, p, r.ttl, r.expiry(r.ttl), r.family); err != nil {
 		return fmt.Errorf("the key could not be taken again after the fault cleared: %w", err)
 	}
 	r.recovered = true

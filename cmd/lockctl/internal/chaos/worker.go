@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,16 +25,25 @@ import (
 //
 // Commands:
 //
-//	acquire TTL WAIT   take the key (the watchdog refreshes it), waiting at
+//	acquire TTL WAIT [KIND]
+//	                   take the key (the watchdog refreshes it), waiting at
 //	                   most WAIT and trying again after errors (a server
-//	                   down); answers "granted" or "error"
+//	                   down); answers "granted" or "error". KIND is none
+//	                   for an exclusive hold, "shared" for a shared one,
+//	                   "limit=N" or "limit=N weight=W" for W (default 1)
+//	                   of a semaphore's N permits
 //	write              write to the resource with the lock's fence, whether
 //	                   or not the lock is still believed held: a write the
 //	                   holder decided on before it was paused, in flight
 //	write-if-held      the same, but only while Lost is open; else "skip"
 //	release            release the lock; answers "released" or "error"
 //	fault ARGS...      set the worker's proxies (Faults.apply: cut [HOST...],
-//	                   latency D, hold on|off, restore); answers "faulted"
+//	                   latency D, hold on|off, restore); answers "faulted".
+//	                   A worker without proxies has nothing to restore, and
+//	                   answers "fault restore" alone
+//
+// A write is the holder's access to the resource: a read, for a shared
+// holder.
 //
 // Unasked, the worker reports "lost" when its lock's Lost channel closes.
 // End of input ends the worker, releasing what it holds.
@@ -55,6 +66,12 @@ type event struct {
 	Fence  uint64 `json:"fence,omitempty"`
 	Fenced bool   `json:"fenced,omitempty"`
 	Token  string `json:"token,omitempty"`
+	// Kind, Limit and Weight, at a grant, are what the hold takes: kind
+	// "shared" or "permit" (of Limit permits, taking Weight), empty for
+	// an exclusive hold.
+	Kind   string `json:"kind,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	Weight int    `json:"weight,omitempty"`
 	// Believes: at a write, whether the lock's Lost channel was still open.
 	Believes bool   `json:"believes,omitempty"`
 	Err      string `json:"err,omitempty"`
@@ -107,6 +124,10 @@ func (w *server) do(ctx context.Context, args []string) error {
 	case "acquire":
 		return w.acquire(ctx, args[1:])
 	case "fault":
+		if w.f == nil && slices.Equal(args[1:], []string{"restore"}) {
+			w.emit(event{Ev: evFaulted}) // nothing stands between it and the servers
+			return nil
+		}
 		if w.f == nil {
 			return errors.New("fault: this worker has no proxies")
 		}
@@ -132,14 +153,19 @@ func (w *server) do(ctx context.Context, args []string) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-// acquire takes the key with the TTL args[0], waiting at most args[1].
+// acquire takes the key with the TTL args[0], waiting at most args[1],
+// of the kind the rest of args say.
 func (w *server) acquire(ctx context.Context, args []string) error {
-	if len(args) != 2 {
-		return errors.New("acquire TTL WAIT: want two durations")
+	if len(args) < 2 {
+		return errors.New("acquire TTL WAIT [shared | limit=N [weight=W]]: want two durations")
 	}
 	ttl, err1 := time.ParseDuration(args[0])
 	wait, err2 := time.ParseDuration(args[1])
 	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	k, err := parseKind(args[2:])
+	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
 	if w.lock != nil {
@@ -147,13 +173,13 @@ func (w *server) acquire(ctx context.Context, args []string) error {
 	}
 	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	lock, err := acquireRetrying(actx, w.l, w.key, ttl)
+	lock, err := acquireRetrying(actx, w.l, w.key, append(k.options(), locker.WithTTL(ttl)))
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
 	w.lock = lock
 	fence, fenced := lock.Fence()
-	w.emit(event{Ev: evGranted, Fence: fence, Fenced: fenced, Token: lock.Token()})
+	w.emit(event{Ev: evGranted, Fence: fence, Fenced: fenced, Token: lock.Token(), Kind: k.kind, Limit: k.limit, Weight: k.weight})
 	go func() {
 		<-lock.Lost()
 		if err := lock.Err(); err != nil && !errors.Is(err, locker.ErrReleased) {
@@ -166,11 +192,10 @@ func (w *server) acquire(ctx context.Context, args []string) error {
 // acquireRetrying acquires key, trying again after an error (a server
 // down, a failover under way) until ctx ends, as an application that
 // needs the lock would; it returns the last error.
-func acquireRetrying(ctx context.Context, l locker.Locker, key string, ttl time.Duration) (locker.Lock, error) {
+func acquireRetrying(ctx context.Context, l locker.Locker, key string, opts []locker.Option) (locker.Lock, error) {
 	for {
-		lock, err := l.Acquire(ctx, key, locker.WithTTL(ttl))
-		if err == nil || ctx.Err() != nil || errors.Is(err, locker.ErrClosed) ||
-			errors.Is(err, locker.ErrInvalidKey) || errors.Is(err, locker.ErrInvalidTTL) {
+		lock, err := l.Acquire(ctx, key, opts...)
+		if err == nil || ctx.Err() != nil || permanent(err) {
 			return lock, err
 		}
 		select {
@@ -179,6 +204,66 @@ func acquireRetrying(ctx context.Context, l locker.Locker, key string, ttl time.
 		case <-time.After(retryPause):
 		}
 	}
+}
+
+// permanent reports whether an acquisition's error would come again
+// however often it is tried: bad input, a closed Locker, a kind the
+// backend does not admit or that disagrees with the key's holders.
+func permanent(err error) bool {
+	for _, e := range []error{locker.ErrClosed, locker.ErrInvalidKey, locker.ErrInvalidTTL, locker.ErrUnsupported, locker.ErrKindMismatch} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdKind is what an acquire command asks of the key.
+type holdKind struct {
+	kind          string // "", "shared" or "permit"
+	limit, weight int
+}
+
+// parseKind reads the KIND of an acquire command: nothing, "shared", or
+// "limit=N" with an optional "weight=W".
+func parseKind(args []string) (holdKind, error) {
+	const want = `want nothing, "shared", or "limit=N" and perhaps "weight=W"`
+	switch {
+	case len(args) == 0:
+		return holdKind{}, nil
+	case len(args) == 1 && args[0] == "shared":
+		return holdKind{kind: "shared"}, nil
+	case len(args) > 2:
+		return holdKind{}, fmt.Errorf("kind %q: %s", strings.Join(args, " "), want)
+	}
+	k := holdKind{kind: "permit", weight: 1}
+	n, ok := strings.CutPrefix(args[0], "limit=")
+	limit, err := strconv.Atoi(n)
+	if !ok || err != nil {
+		return holdKind{}, fmt.Errorf("kind %q: %s", strings.Join(args, " "), want)
+	}
+	k.limit = limit
+	if len(args) == 2 {
+		ws, ok := strings.CutPrefix(args[1], "weight=")
+		weight, err := strconv.Atoi(ws)
+		if !ok || err != nil {
+			return holdKind{}, fmt.Errorf("kind %q: %s", strings.Join(args, " "), want)
+		}
+		k.weight = weight
+	}
+	return k, nil
+}
+
+// options are the library's options for k; the library judges their
+// values (a limit below 1, a weight above the limit).
+func (k holdKind) options() []locker.Option {
+	switch k.kind {
+	case "shared":
+		return []locker.Option{locker.Shared()}
+	case "permit":
+		return []locker.Option{locker.Limit(k.limit), locker.Weight(k.weight)}
+	}
+	return nil
 }
 
 // retryPause is how long a worker waits before it tries again after a

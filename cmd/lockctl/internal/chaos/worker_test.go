@@ -239,7 +239,15 @@ func TestServeBadCommands(t *testing.T) {
 		{"ACQUIRE 1s 1s", []string{"unknown command", "ACQUIRE"}},
 		{"acquire", []string{"acquire TTL WAIT"}},
 		{"acquire 1s", []string{"acquire TTL WAIT"}},
-		{"acquire 1s 1s 1s", []string{"acquire TTL WAIT"}},
+		{"acquire 1s 1s 1s", []string{"acquire", `kind "1s"`}},
+		{"acquire 1s 1s exclusive", []string{"acquire", `kind "exclusive"`}},
+		{"acquire 1s 1s shared limit=2", []string{"acquire", `kind "shared limit=2"`}},
+		{"acquire 1s 1s limit=two", []string{"acquire", `kind "limit=two"`}},
+		{"acquire 1s 1s limit=2 weight=2 x", []string{"acquire", "kind"}},
+		{"acquire 1s 1s limit=2 heavy=1", []string{"acquire", `kind "limit=2 heavy=1"`}},
+		// The library judges the values, and is not retried.
+		{"acquire 1s 1s limit=0", []string{"acquire", "Limit(0)"}},
+		{"acquire 1s 1s limit=2 weight=3", []string{"acquire", "Weight(3)"}},
 		{"acquire soon 1s", []string{"acquire", "soon"}},
 		{"acquire 1s later", []string{"acquire", "later"}},
 		// Not retried: the error is the cause, not the deadline.
@@ -344,4 +352,64 @@ func TestServeLost(t *testing.T) {
 		t.Errorf("write after the loss %+v: want the granted fence %d", w, g.Fence)
 	}
 	a.quiet(100 * time.Millisecond) // one "lost", not more
+}
+
+// TestServeKinds: a worker takes shared holds and permits as asked, and
+// says so when granted; readers share the key and keep a writer out; a
+// semaphore admits its limit; a request that disagrees with the key's
+// holders fails at once (it is not retried until its wait ends).
+func TestServeKinds(t *testing.T) {
+	l := openMemory(t)
+	rw, sem := testKey(t)+"/rw", testKey(t)+"/sem"
+	workers := make([]*served, 3)
+	for i := range workers {
+		workers[i] = serve(t, l, rw)
+		workers[i].expect(evReady)
+	}
+	a, b, c := workers[0], workers[1], workers[2]
+	ga := a.do("acquire 1s 1s shared", evGranted)
+	gb := b.do("acquire 1s 1s shared", evGranted)
+	if ga.Kind != "shared" || gb.Kind != "shared" || gb.Fence <= ga.Fence {
+		t.Errorf("granted %+v and %+v: want two shared holds, fences increasing", ga, gb)
+	}
+	c.do("acquire 1s 50ms", evError) // a writer: the readers hold the key
+	start := time.Now()
+	if e := c.do("acquire 1s 10s limit=2", evError); !strings.Contains(e.Err, "disagrees") || time.Since(start) > 5*time.Second {
+		t.Errorf("a permit on a read/write lock: %q after %v, want a kind mismatch at once", e.Err, time.Since(start))
+	}
+	a.do("release", evReleased)
+	b.do("release", evReleased)
+	gc := c.do("acquire 1s 1s", evGranted)
+	if gc.Kind != "" || gc.Fence <= gb.Fence {
+		t.Errorf("the writer's grant %+v: want exclusive, with a fence above the readers'", gc)
+	}
+	c.do("release", evReleased)
+
+	p := make([]*served, 3)
+	for i := range p {
+		p[i] = serve(t, l, sem)
+		p[i].expect(evReady)
+	}
+	g := p[0].do("acquire 1s 1s limit=3 weight=2", evGranted)
+	if g.Kind != "permit" || g.Limit != 3 || g.Weight != 2 {
+		t.Errorf("granted %+v: want a permit of weight 2 of 3", g)
+	}
+	if g := p[1].do("acquire 1s 1s limit=3", evGranted); g.Kind != "permit" || g.Limit != 3 || g.Weight != 1 {
+		t.Errorf("granted %+v: want a permit of weight 1 of 3", g)
+	}
+	p[2].do("acquire 1s 50ms limit=3", evError) // all 3 taken
+	p[0].do("release", evReleased)
+	p[2].do("acquire 1s 1s limit=3", evGranted)
+}
+
+// TestServeRestoreWithoutProxies: a worker without proxies (one on the
+// memory backend) has nothing to restore, and says so as a restore
+// would; other faults it cannot apply.
+func TestServeRestoreWithoutProxies(t *testing.T) {
+	a := serve(t, openMemory(t), testKey(t))
+	a.expect(evReady)
+	a.do("fault restore", evFaulted)
+	if e := a.do("fault cut", evError); !strings.Contains(e.Err, "no proxies") {
+		t.Errorf("fault cut without proxies: %q", e.Err)
+	}
 }
