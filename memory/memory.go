@@ -20,6 +20,19 @@
 // allowance earlier; so Lost closes before the store can grant the key to
 // anyone else.
 //
+// # Shared holds and semaphores
+//
+// The store keeps one queue per key and admits by package backend's rule
+// (backend.Admit), of which the mutex is the simplest case: the front of
+// the queue holds the key, as many requests as fit, and each release,
+// expiry or cancelled waiter grants the key to the waiters that then fit,
+// in queue order. A reader queued behind a waiting writer waits for it,
+// and a request for 2 permits blocks the requests for 1 behind it, so
+// neither writers nor large requests starve. A request whose kind or limit
+// disagrees with the key's holders or waiters fails at once with
+// ErrKindMismatch and never joins the queue. Every grant takes the next
+// fence of the store's counter, so fences are in grant order across kinds.
+//
 // # Crashed and paused clients
 //
 // A [Client] is a Locker of a Store that can be made to crash or pause, as
