@@ -341,21 +341,29 @@ func TestBrokenBackendsFail(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rep, err := conformance.Check(context.Background(), harness(tt.flaw))
-			if err == nil {
-				t.Fatalf("Check passed a backend whose %s:\n%s", tt.name, rep)
-			}
-			var failed []string
-			for _, r := range rep.Failed() {
-				failed = append(failed, r.Name)
-				t.Logf("caught by %s: %s", r.Name, r.Detail)
-			}
-			for _, name := range tt.caught {
-				if !slices.Contains(failed, name) {
-					t.Errorf("case %s did not catch a backend whose %s (failed: %v)", name, tt.name, failed)
-				}
-			}
+			wantCaught(t, harness(tt.flaw), "a backend whose "+tt.name, tt.caught)
 		})
+	}
+}
+
+// wantCaught checks that Check fails the backend of h, described by what
+// ("a backend whose ..."), and that each of the cases caught is among
+// those that failed.
+func wantCaught(t *testing.T, h conformance.Harness, what string, caught []string) {
+	t.Helper()
+	rep, err := conformance.Check(context.Background(), h)
+	if err == nil {
+		t.Fatalf("Check passed %s:\n%s", what, rep)
+	}
+	var failed []string
+	for _, r := range rep.Failed() {
+		failed = append(failed, r.Name)
+		t.Logf("caught by %s: %s", r.Name, r.Detail)
+	}
+	for _, name := range caught {
+		if !slices.Contains(failed, name) {
+			t.Errorf("case %s did not catch %s (failed: %v)", name, what, failed)
+		}
 	}
 }
 

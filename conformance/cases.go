@@ -243,14 +243,23 @@ func caseCrashedHolder(t *T) {
 	b := t.Locker()
 	key := t.Key("k")
 	lk := t.Acquire(a.Locker, key, locker.WithTTL(t.TTL()))
+	t.Release(t.crashHolder(a, lk, "the crashed holder", b, key, "holder crashed"))
+}
+
+// crashHolder crashes a, whose hold lk (holder, in failure messages) has a
+// TTL of TTL, and returns the hold that l takes of key with opts (a kind
+// of hold), which it must within TTL + ExpirySlack, or the case fails,
+// saying why the key should have been free, and the calling goroutine
+// ends. lk's Lost() must close within the same bound.
+func (t *T) crashHolder(a Client, lk locker.Lock, holder string, l locker.Locker, key, why string, opts ...locker.Option) locker.Lock {
 	a.Crash()
 	crashed := time.Now()
 	bound := t.ExpiryBound(t.TTL())
-	lkB := t.AcquireWithin(b, key, bound, "holder crashed")
+	got := t.AcquireWithin(l, key, bound, why, opts...)
 	if !t.ClosedWithin(lk.Lost(), time.Until(crashed.Add(bound))) {
-		t.Errorf("the crashed holder's Lost() stayed open %v after the crash (TTL %v)", time.Since(crashed), t.TTL())
+		t.Errorf("%s's Lost() stayed open %v after the crash (TTL %v)", holder, time.Since(crashed), t.TTL())
 	}
-	t.Release(lkB)
+	return got
 }
 
 func caseCrashDuringAcquire(t *T) {

@@ -29,11 +29,18 @@ func skipUnlessPermits(t *T) {
 	}
 }
 
-// skipUnlessAnyKind skips the case unless the backend admits shared holds
-// or semaphores; the case checks those it admits.
-func skipUnlessAnyKind(t *T) {
-	if c := t.Capabilities(); !c.Shared && !c.Permits {
+// byKind runs shared where the backend admits shared holds and permits
+// where it admits semaphores, and skips the case where it admits neither.
+func byKind(t *T, shared, permits func(*T)) {
+	c := t.Capabilities()
+	if !c.Shared && !c.Permits {
 		t.Skipf("the backend admits neither shared holds (Capabilities().Shared is false) nor semaphores (Capabilities().Permits is false)")
+	}
+	if c.Shared {
+		shared(t)
+	}
+	if c.Permits {
+		permits(t)
 	}
 }
 
@@ -332,86 +339,89 @@ func caseKindsFIFO(t *T) {
 	if !t.Capabilities().FIFO {
 		t.Skipf("the backend does not claim admission in queue order (Capabilities().FIFO is false)")
 	}
-	skipUnlessAnyKind(t)
-	if t.Capabilities().Shared {
-		readersBehindWriter(t)
-	}
-	if t.Capabilities().Permits {
-		smallBehindLarge(t)
-	}
+	byKind(t, func(t *T) { readersBehindWriter().check(t) }, func(t *T) { smallBehindLarge().check(t) })
+}
+
+// queueJump is a key whose holder leaves room for a later request but not
+// for the earlier one queued ahead of it: holder holds the key, first
+// queues, and later, which would fit beside holder, queues behind first.
+type queueJump struct {
+	key                  string // the key's name in the case
+	holder, first, later string // who they are, in failure messages
+	// The kinds of hold they ask for, besides a TTL of LongTTL.
+	holderOpts, firstOpts, laterOpts []locker.Option
+	starves                          string // what a later request that jumps the queue does to the first
 }
 
 // readersBehindWriter: reader R1 holds; writer W queues; reader R2 queues
-// behind W. R2 must not get in beside R1 ahead of W (a stream of readers
-// would starve the writer): R1's release admits W, and W's admits R2.
-func readersBehindWriter(t *T) {
-	a, b, c := t.Locker(), t.Locker(), t.Locker()
-	key := t.Key("rw")
-	q := &queueing{t: t, l: a, key: key}
-	r1 := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
-	w := t.startAcquire("writer W", b, key)
-	q.until(1, w)
-	if w.returned() {
-		t.Fatalf("writer W's Acquire returned while reader R1 held the key: %s%s", w.outcome(), q.note())
+// behind W.
+func readersBehindWriter() queueJump {
+	return queueJump{
+		key: "rw", holder: "reader R1", first: "writer W", later: "reader R2",
+		holderOpts: []locker.Option{locker.Shared()}, laterOpts: []locker.Option{locker.Shared()},
+		starves: "readers can starve a writer",
 	}
-	r2 := t.startAcquire("reader R2", c, key, locker.Shared())
-	q.until(2, w, r2)
-	if r2.returned() {
-		t.Fatalf("reader R2, queued behind waiting writer W, %s while reader R1 held the key, ahead of W: readers can starve a writer%s", r2.outcome(), q.note())
-	}
-	if w.returned() {
-		t.Fatalf("writer W's Acquire returned while reader R1 held the key: %s%s", w.outcome(), q.note())
-	}
-	t.Release(r1)
-	lkW := t.await(w, t.LongTTL()/2, "reader R1, the only holder, released with writer W first in the queue")
-	q.until(1, r2)
-	if r2.returned() {
-		t.Fatalf("reader R2 %s while writer W held the key%s", r2.outcome(), q.note())
-	}
-	t.Release(lkW)
-	t.Release(t.await(r2, t.LongTTL()/2, "writer W released with reader R2 next in the queue"))
 }
 
 // smallBehindLarge: on a semaphore of 2 with one permit held, a weight-2
-// request queues, and a weight-1 request queues behind it: the free
-// permit must not go to the later, smaller request.
-func smallBehindLarge(t *T) {
+// request queues, and a weight-1 request queues behind it.
+func smallBehindLarge() queueJump {
+	return queueJump{
+		key: "sem", holder: "holder H of 1 of 2 permits", first: "request B of weight 2", later: "request S of weight 1",
+		holderOpts: []locker.Option{locker.Limit(2)}, firstOpts: []locker.Option{locker.Limit(2), locker.Weight(2)}, laterOpts: []locker.Option{locker.Limit(2)},
+		starves: "large requests can starve",
+	}
+}
+
+// queue has j's holder take the key and its first and later requests
+// queue for it, in that order, and fails the case if first does not
+// wait. Whether later waits is for the caller to judge.
+func (j queueJump) queue(t *T) (q *queueing, held locker.Lock, first, later *pending) {
 	a, b, c := t.Locker(), t.Locker(), t.Locker()
-	key := t.Key("sem")
-	const n = 2
-	q := &queueing{t: t, l: a, key: key}
-	first := t.TryAcquire(a, key, locker.Limit(n), locker.WithTTL(t.LongTTL()))
-	big := t.startAcquire("the weight-2 request", b, key, locker.Limit(n), locker.Weight(2))
-	q.until(1, big)
-	if big.returned() {
-		t.Fatalf("a weight-2 Acquire on a semaphore of %d with 1 permit held returned: %s%s", n, big.outcome(), q.note())
+	key := t.Key(j.key)
+	q = &queueing{t: t, l: a, key: key}
+	held = t.TryAcquire(a, key, append([]locker.Option{locker.WithTTL(t.LongTTL())}, j.holderOpts...)...)
+	first = t.startAcquire(j.first, b, key, j.firstOpts...)
+	q.until(1, first)
+	j.wantWaiting(t, q, first)
+	later = t.startAcquire(j.later, c, key, j.laterOpts...)
+	q.until(2, first, later)
+	j.wantWaiting(t, q, first)
+	return q, held, first, later
+}
+
+// wantWaiting fails the case if first's Acquire returned while the holder
+// held the key.
+func (j queueJump) wantWaiting(t *T, q *queueing, first *pending) {
+	if first.returned() {
+		t.Fatalf("%s's Acquire returned while %s held the key: %s%s", j.first, j.holder, first.outcome(), q.note())
 	}
-	small := t.startAcquire("the weight-1 request", c, key, locker.Limit(n))
-	q.until(2, big, small)
-	if small.returned() {
-		t.Fatalf("a weight-1 Acquire, queued behind a waiting weight-2 one, %s ahead of it: large requests can starve%s", small.outcome(), q.note())
+}
+
+// check queues j's requests; later must not get in ahead of first (a
+// stream of later ones would starve it): the holder's release admits
+// first, and first's admits later.
+func (j queueJump) check(t *T) {
+	q, held, first, later := j.queue(t)
+	if later.returned() {
+		t.Fatalf("%s, queued behind waiting %s, %s while %s held the key, ahead of %s: %s%s",
+			j.later, j.first, later.outcome(), j.holder, j.first, j.starves, q.note())
 	}
-	t.Release(first)
-	lkBig := t.await(big, t.LongTTL()/2, "the only permit holder released with the weight-2 request first in the queue")
-	q.until(1, small)
-	if small.returned() {
-		t.Fatalf("the weight-1 request %s while the weight-2 hold took both permits%s", small.outcome(), q.note())
+	t.Release(held)
+	lkFirst := t.await(first, t.LongTTL()/2, fmt.Sprintf("%s, the only holder, released with %s first in the queue", j.holder, j.first))
+	q.until(1, later)
+	if later.returned() {
+		t.Fatalf("%s %s while %s held the key%s", j.later, later.outcome(), j.first, q.note())
 	}
-	t.Release(lkBig)
-	t.Release(t.await(small, t.LongTTL()/2, "the weight-2 hold released"))
+	t.Release(lkFirst)
+	t.Release(t.await(later, t.LongTTL()/2, fmt.Sprintf("%s released with %s next in the queue", j.first, j.later)))
 }
 
 func caseKindsFencing(t *T) {
 	if !t.Capabilities().Fencing {
 		t.Skipf("the backend mints no fencing tokens (Capabilities().Fencing is false)")
 	}
-	skipUnlessAnyKind(t)
-	if t.Capabilities().Shared {
-		fencesReadWrite(t)
-	}
-	if t.Capabilities().Permits {
-		fencesPermits(t)
-	}
+	byKind(t, fencesReadWrite, fencesPermits)
 }
 
 // fencesReadWrite grants a key exclusively, then to two shared holds at
@@ -464,13 +474,7 @@ func fencesPermits(t *T) {
 }
 
 func caseCrashedSharedHolder(t *T) {
-	skipUnlessAnyKind(t)
-	if t.Capabilities().Shared {
-		crashedReader(t)
-	}
-	if t.Capabilities().Permits {
-		crashedPermitHolder(t)
-	}
+	byKind(t, crashedReader, crashedPermitHolder)
 }
 
 // crashedReader cuts off a shared holder: a writer gets the key within
@@ -480,14 +484,7 @@ func crashedReader(t *T) {
 	b := t.Locker()
 	key := t.Key("rw")
 	lk := t.Acquire(a.Locker, key, locker.Shared(), locker.WithTTL(t.TTL()))
-	a.Crash()
-	crashed := time.Now()
-	bound := t.ExpiryBound(t.TTL())
-	w := t.AcquireWithin(b, key, bound, "the only shared holder crashed; an exclusive request")
-	if !t.ClosedWithin(lk.Lost(), time.Until(crashed.Add(bound))) {
-		t.Errorf("the crashed shared holder's Lost() stayed open %v after the crash (TTL %v)", time.Since(crashed), t.TTL())
-	}
-	t.Release(w)
+	t.Release(t.crashHolder(a, lk, "the crashed shared holder", b, key, "the only shared holder crashed; an exclusive request"))
 }
 
 // crashedPermitHolder fills a semaphore of 2 with a live holder and one
@@ -501,35 +498,15 @@ func crashedPermitHolder(t *T) {
 	lk := t.Acquire(a.Locker, key, sem, locker.WithTTL(t.TTL()))
 	kept := t.TryAcquire(b, key, sem, locker.WithTTL(t.LongTTL()))
 	t.WantNotAcquired(c, key, "both permits of a semaphore of 2 held", sem)
-	a.Crash()
-	crashed := time.Now()
-	bound := t.ExpiryBound(t.TTL())
-	got := t.AcquireWithin(c, key, bound, "one of 2 permit holders crashed, the other holds on", sem)
-	if !t.ClosedWithin(lk.Lost(), time.Until(crashed.Add(bound))) {
-		t.Errorf("the crashed permit holder's Lost() stayed open %v after the crash (TTL %v)", time.Since(crashed), t.TTL())
-	}
-	t.Release(got)
+	t.Release(t.crashHolder(a, lk, "the crashed permit holder", c, key, "one of 2 permit holders crashed, the other holds on", sem))
 	t.Release(kept)
 }
 
 func caseCancelledWriter(t *T) {
 	skipUnlessShared(t)
-	a, b, c := t.Locker(), t.Locker(), t.Locker()
-	key := t.Key("k")
-	q := &queueing{t: t, l: a, key: key}
-	r1 := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
-	w := t.startAcquire("writer W", b, key)
-	q.until(1, w)
-	if w.returned() {
-		t.Fatalf("writer W's Acquire returned while reader R1 held the key: %s%s", w.outcome(), q.note())
-	}
 	// Where admission is in queue order R2 queues behind W; elsewhere it
 	// may be admitted beside R1 at once.
-	r2 := t.startAcquire("reader R2", c, key, locker.Shared())
-	q.until(2, w, r2)
-	if w.returned() {
-		t.Fatalf("writer W's Acquire returned while reader R1 held the key: %s%s", w.outcome(), q.note())
-	}
+	_, r1, w, r2 := readersBehindWriter().queue(t)
 	w.cancel()
 	if !t.ClosedWithin(w.done, t.LongTTL()/2) {
 		t.Fatalf("writer W's Acquire did not return within %v of its context being cancelled", t.LongTTL()/2)

@@ -211,13 +211,9 @@ func (a *attempt) run() (backend.Acquisition, error) {
 func (a *attempt) join() (queued bool, err error) {
 	form := putIfFree
 	for {
-		r, err := a.put(form, 0)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			a.leaseExpired()
-			return false, errRequeue
-		}
+		r, err := a.putOrRequeue(form)
 		if err != nil {
-			return false, a.abandon(err)
+			return false, err
 		}
 		if r.Succeeded {
 			a.rev = r.Header.Revision
@@ -231,13 +227,9 @@ func (a *attempt) join() (queued bool, err error) {
 // in the same transaction: a shared or permit request needs every claim
 // before its own, and when it fits, this one round trip grants it.
 func (a *attempt) joinAndRead() (*ahead, error) {
-	r, err := a.put(putAndRead, 0)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		a.leaseExpired()
-		return nil, errRequeue
-	}
+	r, err := a.putOrRequeue(putAndRead)
 	if err != nil {
-		return nil, a.abandon(err)
+		return nil, err
 	}
 	a.rev = r.Header.Revision
 	q := kvs(r, 1)
@@ -250,6 +242,21 @@ func (a *attempt) joinAndRead() (*ahead, error) {
 		}
 	}
 	return nil, nil // not seen (cannot happen: one transaction): wait looks
+}
+
+// putOrRequeue sends the put of an Acquire's entry in the given form. A
+// lease the server no longer has gives errRequeue (Acquire tries again
+// with a new one); another failure abandons the entry.
+func (a *attempt) putOrRequeue(form int) (*clientv3.TxnResponse, error) {
+	r, err := a.put(form, 0)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		a.leaseExpired()
+		return nil, errRequeue
+	}
+	if err != nil {
+		return nil, a.abandon(err)
+	}
+	return r, nil
 }
 
 // put sends the put of our entry in the given form, bounded by the
@@ -277,8 +284,8 @@ func (a *attempt) wait(v *ahead) (backend.Acquisition, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		if v == nil {
-			if h := testHooks.Load(); h != nil && h.checking != nil {
-				h.checking(a.key)
+			if h := testHooks.Load(); h != nil && h.Checking != nil {
+				h.Checking(a.key)
 			}
 			r, err := a.look()
 			if err != nil {
@@ -332,14 +339,14 @@ func (a *attempt) watching(entries []*mvccpb.KeyValue) {
 	h := testHooks.Load()
 	switch {
 	case h == nil:
-	case len(entries) == 1 && h.watching != nil:
-		h.watching(a.key, string(entries[0].Key))
-	case len(entries) > 1 && h.watchingAll != nil:
+	case len(entries) == 1 && h.Watching != nil:
+		h.Watching(a.key, string(entries[0].Key))
+	case len(entries) > 1 && h.WatchingAll != nil:
 		keys := make([]string, len(entries))
 		for i, kv := range entries {
 			keys[i] = string(kv.Key)
 		}
-		h.watchingAll(a.key, keys)
+		h.WatchingAll(a.key, keys)
 	}
 }
 
@@ -389,8 +396,8 @@ func (a *attempt) granted() (backend.Acquisition, error) {
 		// The lease lapsed while we acquired: the entry goes with it.
 		return backend.Acquisition{}, a.abandon(fmt.Errorf("%w: lease lapsed during the acquire", errRequeue))
 	}
-	if h := testHooks.Load(); h != nil && h.held != nil {
-		h.held(a.key)
+	if h := testHooks.Load(); h != nil && h.Held != nil {
+		h.Held(a.key)
 	}
 	a.d.w.register(h)
 	acq := backend.Acquisition{Held: h, Fence: uint64(a.rev), Fenced: true, Start: a.start}

@@ -220,24 +220,26 @@ func wrap(ctx context.Context, err error) error {
 }
 
 // hooks let tests observe the driver; nil in production. Each runs on the
-// goroutine of its event, which waits for it: keepalive on a goroutine of
+// goroutine of its event, which waits for it: Keepalive on a goroutine of
 // its own, so that a test may block it without holding up the lease's
-// lapse; resync, resynced and change on the watcher's.
+// lapse; Resync, Resynced and Change on the watcher's. The fields are
+// exported for the package's external tests, which set them through
+// etcd.Hooks (export_test.go).
 type hooks struct {
-	watching func(self, watched string) // a waiter is about to wait for watched, one entry ahead of its own (its predecessor, when exclusive), to go
-	// watchingAll: a waiter is about to wait for any of watched, every
+	Watching func(self, watched string) // a waiter is about to wait for watched, one entry ahead of its own (its predecessor, when exclusive), to go
+	// WatchingAll: a waiter is about to wait for any of watched, every
 	// entry ahead of its own, to go.
-	watchingAll func(self string, watched []string)
-	checking    func(self string)     // a waiter is about to look at the entries before its own
-	put         func(entry string)    // the put of a queue entry is about to be sent
-	keepalive   func(lease string)    // a keepalive of the lease (id in hex) is about to be sent
-	held        func(entry string)    // a lock was taken, before the watcher learns of it
-	resync      func()                // the watcher starts, before it looks at every held entry
-	resynced    func()                // the watcher looked at every held entry, before it starts the watch
-	change      func(key, typ string) // the watcher applied a change (typ PUT or DELETE) of etcd key
-	due         func()                // the watcher is about to check whether a lock has been held for watchAfter
-	moved       func(entry string)    // a move's transaction returned, before its outcome is taken in
-	removing    func(entry string)    // the delete of a done lock's entry was started (removeLater), on the goroutine that started it
+	WatchingAll func(self string, watched []string)
+	Checking    func(self string)     // a waiter is about to look at the entries before its own
+	Put         func(entry string)    // the put of a queue entry is about to be sent
+	Keepalive   func(lease string)    // a keepalive of the lease (id in hex) is about to be sent
+	Held        func(entry string)    // a lock was taken, before the watcher learns of it
+	Resync      func()                // the watcher starts, before it looks at every held entry
+	Resynced    func()                // the watcher looked at every held entry, before it starts the watch
+	Change      func(key, typ string) // the watcher applied a change (typ PUT or DELETE) of etcd key
+	Due         func()                // the watcher is about to check whether a lock has been held for watchAfter
+	Moved       func(entry string)    // a move's transaction returned, before its outcome is taken in
+	Removing    func(entry string)    // the delete of a done (lost, expired or released) lock's entry was started (removeLater), on the goroutine that started it: a test may block it while the delete goes on
 }
 
 var testHooks atomic.Pointer[hooks]
@@ -470,8 +472,8 @@ func (h *held) removeLater(ls, all []*lease) {
 		h.remove(ctx, all)
 		h.drop(ls)
 	}()
-	if hk := testHooks.Load(); hk != nil && hk.removing != nil {
-		hk.removing(h.key)
+	if hk := testHooks.Load(); hk != nil && hk.Removing != nil {
+		hk.Removing(h.key)
 	}
 }
 
@@ -614,8 +616,8 @@ func (h *held) move(ctx context.Context, secs int64) error {
 	h.setMoving(nl)
 	defer h.setMoving(nil)
 	resp, err := h.d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id))).Commit()
-	if hk := testHooks.Load(); hk != nil && hk.moved != nil {
-		hk.moved(h.key)
+	if hk := testHooks.Load(); hk != nil && hk.Moved != nil {
+		hk.Moved(h.key)
 	}
 	if err != nil {
 		if definite(err) {

@@ -15,32 +15,15 @@ import (
 // lives in namespace ns.
 func QueuePrefix(ns, key string) string { return ns + "/" + encodeKey(key) + "/" }
 
-// Hooks observe the driver from tests. Each runs on the goroutine of its
-// event, which waits for it: Keepalive on a goroutine of its own, which a
-// test may block without holding up the lease's lapse; Resync, Resynced and
-// Change on the watcher's.
-type Hooks struct {
-	Watching func(self, watched string) // a waiter is about to wait for watched, one entry ahead of its own (its predecessor, when exclusive), to go
-	// WatchingAll: a waiter is about to wait for any of watched, every
-	// entry ahead of its own, to go.
-	WatchingAll func(self string, watched []string)
-	Checking    func(self string)     // a waiter is about to look at the entries before its own
-	Put         func(entry string)    // the put of a queue entry is about to be sent
-	Keepalive   func(lease string)    // a keepalive of the lease (id in hex) is about to be sent
-	Held        func(entry string)    // a lock was taken, before the watcher learns of it
-	Resync      func()                // the watcher starts, before it looks at every held entry
-	Resynced    func()                // the watcher looked at every held entry, before it starts the watch
-	Change      func(key, typ string) // the watcher applied a change (typ PUT or DELETE) of etcd key
-	Due         func()                // the watcher is about to check whether a lock has been held for watchAfter
-	Moved       func(entry string)    // a move's transaction returned, before its outcome is taken in
-	Removing    func(entry string)    // the delete of a lost (or expired) lock's entry was started, on the goroutine that started it: a test may block it while the delete goes on
-}
+// Hooks observe the driver from tests: the driver's own hooks, whose
+// fields say when each runs.
+type Hooks = hooks
 
 // SetHooks installs h for the rest of the test, or until restore is
 // called. restore may be called more than once; it removes h only if no
 // later SetHooks replaced it.
 func SetHooks(t testing.TB, h Hooks) (restore func()) {
-	p := &hooks{watching: h.Watching, watchingAll: h.WatchingAll, checking: h.Checking, put: h.Put, keepalive: h.Keepalive, held: h.Held, resync: h.Resync, resynced: h.Resynced, change: h.Change, due: h.Due, moved: h.Moved, removing: h.Removing}
+	p := &h
 	testHooks.Store(p)
 	restore = func() { testHooks.CompareAndSwap(p, nil) }
 	t.Cleanup(restore)

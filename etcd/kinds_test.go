@@ -56,27 +56,32 @@ func newKinds(t *testing.T, name string) *kinds {
 			k.mu.Unlock()
 		}
 	}
+	// forward calls *f, if set, for the key's entries.
+	forward := func(f *func(string)) func(string) {
+		return func(entry string) {
+			k.mu.Lock()
+			g := *f
+			k.mu.Unlock()
+			if g != nil && strings.HasPrefix(entry, k.qp) {
+				g(entry)
+			}
+		}
+	}
 	etcd.SetHooks(t, etcd.Hooks{
 		Watching:    func(self, watched string) { note(self, []string{watched}) },
 		WatchingAll: note,
-		Checking: func(self string) {
-			k.mu.Lock()
-			f := k.checking
-			k.mu.Unlock()
-			if f != nil && strings.HasPrefix(self, k.qp) {
-				f(self)
-			}
-		},
-		Put: func(entry string) {
-			k.mu.Lock()
-			f := k.put
-			k.mu.Unlock()
-			if f != nil && strings.HasPrefix(entry, k.qp) {
-				f(entry)
-			}
-		},
+		Checking:    forward(&k.checking),
+		Put:         forward(&k.put),
 	})
 	return k
+}
+
+// set makes f the hook (k.checking or k.put) that hook points to; nil
+// removes it.
+func (k *kinds) set(hook *func(string), f func(string)) {
+	k.mu.Lock()
+	*hook = f
+	k.mu.Unlock()
 }
 
 // hold acquires the key with opts through a Locker of its own.
@@ -176,9 +181,11 @@ func (p *pending) outcome() string {
 	return fmt.Sprintf("got the key, fence %d", fence(p.lk))
 }
 
-// waits waits until the waiter whose entry is self is about to wait for
-// some entries to go, and returns them; p, its Acquire, must not return.
-func (k *kinds) waits(self string, p *pending) []string {
+// waitsFor waits until the waiter whose entry is self is about to wait for
+// some entries to go, and fails the test unless they are want. p, its
+// Acquire, must not return. who names the waiter and whom what it should
+// wait for, in the failure message.
+func (k *kinds) waitsFor(self string, p *pending, want []string, who, whom string) {
 	k.t.Helper()
 	var got []string
 	testenv.WaitFor(k.t, 30*time.Second, "the waiter "+self+" waits", func() bool {
@@ -190,7 +197,35 @@ func (k *kinds) waits(self string, p *pending) []string {
 		got = k.watching[self]
 		return got != nil
 	})
-	return got
+	if !slices.Equal(got, want) {
+		k.t.Fatalf("%s waits for %q; want %s, %q", who, got, whom, want)
+	}
+}
+
+// wantRefused fails the test unless a TryAcquire of the key with opts,
+// through a Locker of its own, fails with ErrNotAcquired; what names it.
+func (k *kinds) wantRefused(what string, opts ...locker.Option) {
+	k.t.Helper()
+	if _, err := open(k.t, k.url).TryAcquire(context.Background(), k.key, opts...); !errors.Is(err, locker.ErrNotAcquired) {
+		k.t.Fatalf("%s = %v, want ErrNotAcquired", what, err)
+	}
+}
+
+// wantQueue checks that the key's queue is still before, as it was
+// before op.
+func (k *kinds) wantQueue(before []string, op string) {
+	k.t.Helper()
+	if after := k.entries(); !slices.Equal(after, before) {
+		k.t.Errorf("the queue after %s = %q, want it as before, %q", op, after, before)
+	}
+}
+
+// release releases lk, failing the test on an error.
+func (k *kinds) release(lk locker.Lock) {
+	k.t.Helper()
+	if err := lk.Release(context.Background()); err != nil {
+		k.t.Fatal(err)
+	}
 }
 
 // entries returns the keys of the key's queue entries, oldest first.
@@ -210,33 +245,22 @@ func holdEntry(h locker.Hold) string { return h.Detail["entry"] }
 // writer waits until they are all gone, and then holds it alone.
 func TestSharedTogetherExclusiveAlone(t *testing.T) {
 	k := newKinds(t, "together")
-	ctx := context.Background()
 	r1 := k.hold(locker.Shared())
 	r2 := k.hold(locker.Shared())
 	if h := k.inspect(); len(h.Holds) != 2 || h.Holds[0].Kind != backend.Shared || h.Holds[1].Kind != backend.Shared {
 		t.Fatalf("Holds = %+v, want the two readers", h.Holds)
 	}
-	if _, err := open(t, k.url).TryAcquire(ctx, k.key); !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("a writer's TryAcquire while readers hold = %v, want ErrNotAcquired", err)
-	}
+	k.wantRefused("a writer's TryAcquire while readers hold")
 	w := k.start()
 	q := k.queued(1, w)
-	if got := k.waits(holdEntry(q[0]), w); !slices.Equal(got, []string{k.entries()[1]}) {
-		t.Errorf("the writer waits for %q, want the reader just before it", got)
-	}
-	if err := r1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	k.waitsFor(holdEntry(q[0]), w, []string{k.entries()[1]}, "the writer", "the reader just before it")
+	k.release(r1)
 	if testenv.Closed(w.done) {
 		t.Fatalf("the writer's Acquire returned while a reader held the key: %s", w.outcome())
 	}
-	if err := r2.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	k.release(r2)
 	wl := k.await(w, "the writer, the readers gone")
-	if _, err := open(t, k.url).TryAcquire(ctx, k.key, locker.Shared()); !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("a reader's TryAcquire while the writer holds = %v, want ErrNotAcquired", err)
-	}
+	k.wantRefused("a reader's TryAcquire while the writer holds", locker.Shared())
 	if f := fence(wl); f <= fence(r1) || f <= fence(r2) {
 		t.Errorf("the writer's fence %d is not above the readers' %d and %d", f, fence(r1), fence(r2))
 	}
@@ -259,8 +283,7 @@ func TestSharedTryAcquire(t *testing.T) {
 	defer k.raw.Revoke(ctx, g.ID)
 	writer := k.qp + fmt.Sprintf("%x", int64(g.ID)) // an exclusive entry, as a Locker names it
 	puts := 0
-	k.mu.Lock()
-	k.put = func(string) {
+	k.set(&k.put, func(string) {
 		// The first put is tried only on an empty queue, and reads it
 		// instead; the second is conditional on that read.
 		if puts++; puts == 2 {
@@ -268,17 +291,12 @@ func TestSharedTryAcquire(t *testing.T) {
 				t.Error(err)
 			}
 		}
-	}
-	k.mu.Unlock()
-	if _, err := open(t, k.url).TryAcquire(ctx, k.key, locker.Shared()); !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("a reader's TryAcquire beside a reader, a writer queueing after it read the queue = %v, want ErrNotAcquired", err)
-	}
+	})
+	k.wantRefused("a reader's TryAcquire beside a reader, a writer queueing after it read the queue", locker.Shared())
 	if q := k.entries(); len(q) != 2 || q[1] != writer || puts != 2 {
 		t.Fatalf("queue = %q after %d puts, want the reader's entry and the writer's %s", q, puts, writer)
 	}
-	k.mu.Lock()
-	k.put = nil
-	k.mu.Unlock()
+	k.set(&k.put, nil)
 	if _, err := k.raw.Delete(ctx, writer); err != nil {
 		t.Fatal(err)
 	}
@@ -291,12 +309,8 @@ func TestSharedTryAcquire(t *testing.T) {
 	w := k.start()
 	k.queued(1, w)
 	before := k.entries()
-	if _, err := open(t, k.url).TryAcquire(ctx, k.key, locker.Shared()); !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("a reader's TryAcquire behind a waiting writer = %v, want ErrNotAcquired", err)
-	}
-	if after := k.entries(); !slices.Equal(after, before) {
-		t.Errorf("the queue after a refused TryAcquire = %q, want it as before, %q", after, before)
-	}
+	k.wantRefused("a reader's TryAcquire behind a waiting writer", locker.Shared())
+	k.wantQueue(before, "a refused TryAcquire")
 }
 
 // TestReaderBehindWaitingWriter: a reader that queues behind a waiting
@@ -304,7 +318,6 @@ func TestSharedTryAcquire(t *testing.T) {
 // gets the key first, and the reader after it.
 func TestReaderBehindWaitingWriter(t *testing.T) {
 	k := newKinds(t, "fifo")
-	ctx := context.Background()
 	r1 := k.hold(locker.Shared())
 	w := k.start()
 	k.queued(1, w)
@@ -313,12 +326,8 @@ func TestReaderBehindWaitingWriter(t *testing.T) {
 	if q[0].Kind != backend.Exclusive || q[1].Kind != backend.Shared {
 		t.Fatalf("Queue = %+v, want the writer, then the reader", q)
 	}
-	if got := k.waits(holdEntry(q[1]), r2); !slices.Equal(got, []string{holdEntry(q[0])}) {
-		t.Fatalf("the reader waits for %q, want the waiting writer's entry %s", got, holdEntry(q[0]))
-	}
-	if err := r1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	k.waitsFor(holdEntry(q[1]), r2, []string{holdEntry(q[0])}, "the reader", "the waiting writer's entry")
+	k.release(r1)
 	wl := k.await(w, "the writer, the first reader gone")
 	if testenv.Closed(r2.done) {
 		t.Fatalf("the second reader's Acquire returned while the writer held the key: %s", r2.outcome())
@@ -326,9 +335,7 @@ func TestReaderBehindWaitingWriter(t *testing.T) {
 	if h := k.inspect(); len(h.Holds) != 1 || h.Holds[0].Kind != backend.Exclusive || len(h.Queue) != 1 {
 		t.Fatalf("Inspect while the writer holds: Holds %+v, Queue %+v; want the writer holding, the reader waiting", h.Holds, h.Queue)
 	}
-	if err := wl.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	k.release(wl)
 	rl := k.await(r2, "the second reader, the writer gone")
 	if fence(rl) <= fence(wl) {
 		t.Errorf("the reader's fence %d is not above the writer's %d", fence(rl), fence(wl))
@@ -345,9 +352,7 @@ func TestCancelledWriterUnblocksReaders(t *testing.T) {
 	k.queued(1, w)
 	r2 := k.start(locker.Shared())
 	q := k.queued(2, w, r2)
-	if got := k.waits(holdEntry(q[1]), r2); !slices.Equal(got, []string{holdEntry(q[0])}) {
-		t.Fatalf("the reader waits for %q, want the writer's entry %s", got, holdEntry(q[0]))
-	}
+	k.waitsFor(holdEntry(q[1]), r2, []string{holdEntry(q[0])}, "the reader", "the writer's entry")
 	w.cancel()
 	<-w.done
 	if !errors.Is(w.err, context.Canceled) {
@@ -364,49 +369,36 @@ func TestCancelledWriterUnblocksReaders(t *testing.T) {
 // any of them when no single one is enough; a waiter of weight 2 keeps a
 // later waiter of weight 1 out even while one permit is free.
 func TestSemaphore(t *testing.T) {
-	ctx := context.Background()
-	t.Run("at-limit", func(t *testing.T) {
-		k := newKinds(t, "at-limit")
-		a := k.hold(locker.Limit(3))
-		k.hold(locker.Limit(3), locker.Weight(2))
-		before := k.entries()
-		if _, err := open(t, k.url).TryAcquire(ctx, k.key, locker.Limit(3)); !errors.Is(err, locker.ErrNotAcquired) {
-			t.Fatalf("TryAcquire of a permit with all 3 taken = %v, want ErrNotAcquired", err)
-		}
-		if after := k.entries(); !slices.Equal(after, before) {
-			t.Errorf("the queue after a refused TryAcquire = %q, want it as before, %q", after, before)
-		}
-		c := k.start(locker.Limit(3))
-		q := k.queued(1, c)
-		h := k.inspect()
-		if len(h.Holds) != 2 || h.Holds[0].Weight != 1 || h.Holds[1].Weight != 2 || h.Holds[1].Limit != 3 || q[0].Weight != 1 {
-			t.Fatalf("Inspect: Holds %+v, Queue %+v; want holders of 1 and 2 of 3 permits, a waiter of 1", h.Holds, q)
-		}
-		// Neither holder alone keeps it out: it waits for either.
-		if got, want := k.waits(holdEntry(q[0]), c), []string{holdEntry(h.Holds[0]), holdEntry(h.Holds[1])}; !slices.Equal(got, want) {
-			t.Fatalf("a waiter for 1 of 3 permits, taken by holders of 1 and 2, waits for %q; want both holders %q", got, want)
-		}
-		if err := a.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		k.await(c, "a permit, one freed")
-	})
-	t.Run("any-holder", func(t *testing.T) {
-		k := newKinds(t, "any-holder")
-		a := k.hold(locker.Limit(3))
-		k.hold(locker.Limit(3))
-		c := k.start(locker.Limit(3), locker.Weight(2))
-		q := k.queued(1, c)
-		h := k.inspect()
-		want := []string{holdEntry(h.Holds[0]), holdEntry(h.Holds[1])}
-		if got := k.waits(holdEntry(q[0]), c); !slices.Equal(got, want) {
-			t.Fatalf("a waiter for 2 of 3 permits, 2 taken by two holders, waits for %q; want both holders %q", got, want)
-		}
-		if err := a.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		k.await(c, "2 permits, the first holder gone")
-	})
+	// A semaphore of 3 with holders of 1 and of held permits, which leave
+	// no room for a waiter of weight; either holder's departure makes
+	// room, so the waiter waits for both. Its TryAcquire is refused and
+	// leaves the queue as it was.
+	for _, tc := range []struct {
+		name         string
+		held, weight int
+	}{
+		{"at-limit", 2, 1},   // all 3 permits taken
+		{"any-holder", 1, 2}, // 2 taken, 1 free
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := newKinds(t, tc.name)
+			a := k.hold(locker.Limit(3))
+			k.hold(locker.Limit(3), locker.Weight(tc.held))
+			before := k.entries()
+			k.wantRefused(fmt.Sprintf("TryAcquire of %d of 3 permits, %d taken", tc.weight, 1+tc.held), locker.Limit(3), locker.Weight(tc.weight))
+			k.wantQueue(before, "a refused TryAcquire")
+			c := k.start(locker.Limit(3), locker.Weight(tc.weight))
+			q := k.queued(1, c)
+			h := k.inspect()
+			if len(h.Holds) != 2 || h.Holds[0].Weight != 1 || h.Holds[1].Weight != tc.held || h.Holds[1].Limit != 3 || q[0].Weight != tc.weight {
+				t.Fatalf("Inspect: Holds %+v, Queue %+v; want holders of 1 and %d of 3 permits, a waiter of %d", h.Holds, q, tc.held, tc.weight)
+			}
+			k.waitsFor(holdEntry(q[0]), c, []string{holdEntry(h.Holds[0]), holdEntry(h.Holds[1])},
+				fmt.Sprintf("a waiter for %d of 3 permits, taken by holders of 1 and %d,", tc.weight, tc.held), "both holders")
+			k.release(a)
+			k.await(c, fmt.Sprintf("%d permits, the first holder gone", tc.weight))
+		})
+	}
 	t.Run("heavy-waiter-first", func(t *testing.T) {
 		k := newKinds(t, "heavy-first")
 		a := k.hold(locker.Limit(2))
@@ -414,19 +406,13 @@ func TestSemaphore(t *testing.T) {
 		k.queued(1, heavy)
 		light := k.start(locker.Limit(2))
 		q := k.queued(2, heavy, light)
-		if got := k.waits(holdEntry(q[1]), light); !slices.Equal(got, []string{holdEntry(q[0])}) {
-			t.Fatalf("the waiter of weight 1 waits for %q, want the waiter of weight 2 ahead of it, %s", got, holdEntry(q[0]))
-		}
-		if err := a.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		k.waitsFor(holdEntry(q[1]), light, []string{holdEntry(q[0])}, "the waiter of weight 1", "the waiter of weight 2 ahead of it")
+		k.release(a)
 		hl := k.await(heavy, "the waiter of weight 2, the holder gone")
 		if testenv.Closed(light.done) {
 			t.Fatalf("the waiter of weight 1 returned while the one of weight 2 held both permits: %s", light.outcome())
 		}
-		if err := hl.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		k.release(hl)
 		ll := k.await(light, "the waiter of weight 1")
 		if fence(ll) <= fence(hl) || fence(hl) <= fence(a) {
 			t.Errorf("fences %d, %d, %d: want them increasing in grant order", fence(a), fence(hl), fence(ll))
@@ -466,9 +452,7 @@ func TestKindMismatch(t *testing.T) {
 				if m.HeldKind != tc.heldKind || m.HeldLimit != tc.heldLimit {
 					t.Errorf("%s: %+v, want the key's kind %v and limit %d", op, m, tc.heldKind, tc.heldLimit)
 				}
-				if after := k.entries(); !slices.Equal(after, before) {
-					t.Errorf("the queue after %s = %q, want it as before, %q", op, after, before)
-				}
+				k.wantQueue(before, op)
 			}
 			l := open(t, k.url)
 			_, err := l.TryAcquire(ctx, k.key, tc.asked...)
@@ -503,8 +487,7 @@ func TestLaterEntryOfOtherKind(t *testing.T) {
 			defer k.raw.Revoke(ctx, g.ID)
 			other := k.qp + fmt.Sprintf("%x", int64(g.ID)) + etcd.ClaimSuffix(backend.Permit, 2, 1)
 			var once sync.Once
-			k.mu.Lock()
-			k.checking = func(string) {
+			k.set(&k.checking, func(string) {
 				// Just before the waiter reads the queue (again), a
 				// semaphore's entry joins it, behind the waiter.
 				once.Do(func() {
@@ -512,8 +495,7 @@ func TestLaterEntryOfOtherKind(t *testing.T) {
 						t.Error(err)
 					}
 				})
-			}
-			k.mu.Unlock()
+			})
 			p := k.start(opts...)
 			var self string
 			testenv.WaitFor(t, 30*time.Second, "the request's entry", func() bool {
@@ -523,12 +505,8 @@ func TestLaterEntryOfOtherKind(t *testing.T) {
 				}
 				return self != ""
 			})
-			if got := k.waits(self, p); !slices.Equal(got, []string{k.entries()[0]}) {
-				t.Fatalf("the %s request waits for %q, want the holder", kind, got)
-			}
-			if err := holder.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			k.waitsFor(self, p, []string{k.entries()[0]}, "the "+kind+" request", "the holder")
+			k.release(holder)
 			lk := k.await(p, "the "+kind+" request, with a semaphore's entry behind it")
 			if q := k.entries(); len(q) != 2 || q[0] != self || q[1] != other {
 				t.Fatalf("queue = %q, want the %s holder's entry %s and the later one %s", q, kind, self, other)
@@ -558,7 +536,6 @@ func TestCrashedShareFreed(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			k := newKinds(t, "crash-"+tc.name)
-			ctx := context.Background()
 			const ttl = 3 * time.Second
 			p := testenv.Proxy(t, testenv.Hosts(t, k.url)[0])
 			crashed := open(t, "etcd://"+p.Addr())
@@ -566,9 +543,7 @@ func TestCrashedShareFreed(t *testing.T) {
 			alive := k.hold(tc.held...)
 			w := k.start(tc.waiter...)
 			k.queued(1, w)
-			if err := alive.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			k.release(alive)
 			if h := k.inspect(); len(h.Holds) != 1 || h.Holds[0].Fence != fence(lk) {
 				t.Fatalf("Holds = %+v, want the holder about to be cut off alone", h.Holds)
 			}
@@ -601,9 +576,7 @@ func TestFencesInGrantOrder(t *testing.T) {
 		}
 		k.queued(i+1, ps[:i+1]...)
 	}
-	if err := w1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	k.release(w1)
 	r1, r2 := k.await(ps[0], "the first reader"), k.await(ps[1], "the second reader")
 	if h := k.inspect(); len(h.Holds) != 2 || h.Holds[0].Fence != fence(r1) || h.Holds[1].Fence != fence(r2) {
 		t.Fatalf("Holds = %+v, want the two readers, fences %d and %d", h.Holds, fence(r1), fence(r2))

@@ -501,8 +501,8 @@ type keepAliveReply struct {
 // reports on out. On success l's confirmed validity moves to the sending
 // plus the TTL the server granted.
 func (l *lease) keepAlive(out chan<- keepAliveReply) {
-	if h := testHooks.Load(); h != nil && h.keepalive != nil {
-		h.keepalive(l.hex)
+	if h := testHooks.Load(); h != nil && h.Keepalive != nil {
+		h.Keepalive(l.hex)
 	}
 	ctx, cancel := context.WithDeadline(l.d.ctx, l.confirmed())
 	sent := time.Now()

@@ -31,8 +31,8 @@ const (
 // qp, in one transaction of the given form (since is putIfNoneSince's).
 // The put hook sees it just before it is sent.
 func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease clientv3.LeaseID, since int64) (*clientv3.TxnResponse, error) {
-	if h := testHooks.Load(); h != nil && h.put != nil {
-		h.put(key)
+	if h := testHooks.Load(); h != nil && h.Put != nil {
+		h.Put(key)
 	}
 	t := d.cli.Txn(ctx)
 	switch form {

@@ -129,8 +129,8 @@ func (w *watcher) register(h *held) {
 // due starts the loop if a young lock has been held for watchAfter, and
 // otherwise waits until the oldest one still held will have been.
 func (w *watcher) due() {
-	if h := testHooks.Load(); h != nil && h.due != nil {
-		h.due()
+	if h := testHooks.Load(); h != nil && h.Due != nil {
+		h.Due()
 	}
 	w.mu.Lock()
 	i := 0
@@ -224,15 +224,15 @@ func (w *watcher) start(ctx context.Context) (clientv3.WatchChan, error) {
 	}
 	w.unchecked = nil
 	w.mu.Unlock()
-	if h := testHooks.Load(); h != nil && h.resync != nil {
-		h.resync()
+	if h := testHooks.Load(); h != nil && h.Resync != nil {
+		h.Resync()
 	}
 	rev, err := w.look(ctx, all)
 	if err != nil {
 		return nil, err // the next start looks at every entry
 	}
-	if h := testHooks.Load(); h != nil && h.resynced != nil {
-		h.resynced()
+	if h := testHooks.Load(); h != nil && h.Resynced != nil {
+		h.Resynced()
 	}
 	wch := w.d.cli.Watch(ctx, w.d.ns+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	w.mu.Lock()
@@ -326,9 +326,9 @@ func (w *watcher) apply(evs []*clientv3.Event) {
 		c.add(h, kv, rev)
 	}
 	w.mu.Unlock()
-	if h := testHooks.Load(); h != nil && h.change != nil {
+	if h := testHooks.Load(); h != nil && h.Change != nil {
 		for _, ev := range evs {
-			h.change(string(ev.Kv.Key), ev.Type.String())
+			h.Change(string(ev.Kv.Key), ev.Type.String())
 		}
 	}
 	w.report(c)

@@ -21,6 +21,33 @@ import (
 // the release half of the raw baseline.
 const rawRelease = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
 
+// rawOp is the raw pair on key through c, the baseline the Locker is
+// measured against: SET NX PX, then EVALSHA of rawRelease. It fails
+// where the key was taken or gone.
+func rawOp(b *testing.B, c *goredis.Client, key string) func(context.Context) error {
+	sha, err := c.ScriptLoad(context.Background(), rawRelease).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int
+	return func(ctx context.Context) error {
+		n++
+		token := fmt.Sprint(n)
+		ok, err := c.SetNX(ctx, key, token, 30*time.Second).Result()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("raw: key taken")
+		}
+		released, err := c.EvalSha(ctx, sha, []string{key}, token).Int()
+		if err == nil && released != 1 {
+			err = errors.New("raw: release found the key gone")
+		}
+		return err
+	}
+}
+
 // BenchmarkUncontended compares one holder acquiring and releasing a free
 // key through a Locker with the raw pair on the same server: SET NX PX,
 // then EVALSHA of the compare-and-delete script. Both cost two round
@@ -36,27 +63,8 @@ func BenchmarkUncontended(b *testing.B) {
 	noRefresh := locker.WithAutoRefresh(false)
 
 	b.Run("raw", func(b *testing.B) {
-		ctx := context.Background()
-		sha, err := c.ScriptLoad(ctx, rawRelease).Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		key := "bench-raw"
-		benchkit.Loop(b, func(ctx context.Context, i int) error {
-			token := fmt.Sprint(i)
-			ok, err := c.SetNX(ctx, key, token, 30*time.Second).Result()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return errors.New("raw: key taken")
-			}
-			n, err := c.EvalSha(ctx, sha, []string{key}, token).Int()
-			if err == nil && n != 1 {
-				err = errors.New("raw: release found the key gone")
-			}
-			return err
-		})
+		raw := rawOp(b, c, "bench-raw")
+		benchkit.Loop(b, func(ctx context.Context, _ int) error { return raw(ctx) })
 	})
 	b.Run("raw-redigo", func(b *testing.B) {
 		rc := pool.Get()
@@ -159,19 +167,6 @@ func BenchmarkTurns(b *testing.B) {
 	c := goredis.NewClient(&goredis.Options{Addr: hostOf(b, url)})
 	defer c.Close()
 	ctx := context.Background()
-	sha, err := c.ScriptLoad(ctx, rawRelease).Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n int
-	raw := func(ctx context.Context) error {
-		n++
-		token := fmt.Sprint(n)
-		if err := c.SetNX(ctx, "bench-turns-raw", token, 30*time.Second).Err(); err != nil {
-			return err
-		}
-		return c.EvalSha(ctx, sha, []string{"bench-turns-raw"}, token).Err()
-	}
 	d, err := redis.New(c, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -189,7 +184,7 @@ func BenchmarkTurns(b *testing.B) {
 	defer o.Close()
 	noRefresh := locker.WithAutoRefresh(false)
 	benchkit.Interleave(b,
-		benchkit.Design{Name: "raw", Op: raw},
+		benchkit.Design{Name: "raw", Op: rawOp(b, c, "bench-turns-raw")},
 		benchkit.Design{Name: "setnx", Op: redis.SetNXOp(c, "bench-turns-setnx")},
 		benchkit.Design{Name: "scripts", Op: redis.ScriptsOp(c, "bench-turns-scripts")},
 		benchkit.Design{Name: "new", Op: benchkit.AcquireReleaseOp(d, "bench-turns-new", noRefresh)},
@@ -217,21 +212,8 @@ func BenchmarkExclusiveHash(b *testing.B) {
 	url := testenv.Get(b, testenv.RedisURL)
 	c := goredis.NewClient(&goredis.Options{Addr: hostOf(b, url)})
 	defer c.Close()
-	sha, err := c.ScriptLoad(context.Background(), rawRelease).Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n int
-	raw := func(ctx context.Context) error {
-		n++
-		token := fmt.Sprint(n)
-		if err := c.SetNX(ctx, "bench-hash-raw", token, 30*time.Second).Err(); err != nil {
-			return err
-		}
-		return c.EvalSha(ctx, sha, []string{"bench-hash-raw"}, token).Err()
-	}
 	benchkit.Interleave(b,
-		benchkit.Design{Name: "raw", Op: raw},
+		benchkit.Design{Name: "raw", Op: rawOp(b, c, "bench-hash-raw")},
 		benchkit.Design{Name: "setnx", Op: redis.SetNXOp(c, "bench-hash-setnx")},
 		benchkit.Design{Name: "hash", Op: redis.HoldOp(c, "bench-hash-hash", false)},
 		benchkit.Design{Name: "scripts", Op: redis.ScriptsOp(c, "bench-hash-scripts")},

@@ -29,9 +29,9 @@ func inspectBackend(open func(t testing.TB) locker.Locker) inspecttest.Backend {
 }
 
 // newLocker returns a Locker made by New over clients of addrs, as Open
-// builds them (no retries), with a node timeout that a loaded machine
-// meets.
-func newLocker(t testing.TB, addrs []string) locker.Locker {
+// builds them (no retries), with the given node timeout: one that a
+// loaded machine meets. The test's end closes them.
+func newLocker(t testing.TB, addrs []string, nodeTimeout time.Duration) locker.Locker {
 	t.Helper()
 	var cs []goredis.UniversalClient
 	for _, a := range addrs {
@@ -39,10 +39,11 @@ func newLocker(t testing.TB, addrs []string) locker.Locker {
 		t.Cleanup(func() { c.Close() })
 		cs = append(cs, c)
 	}
-	l, err := redlock.New(cs, &redlock.Options{NodeTimeout: 10 * time.Second})
+	l, err := redlock.New(cs, &redlock.Options{NodeTimeout: nodeTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { l.Close() })
 	return l
 }
 
@@ -58,7 +59,7 @@ func TestInspect(t *testing.T) {
 		}))
 	})
 	t.Run("New", func(t *testing.T) {
-		inspecttest.Run(t, inspectBackend(func(t testing.TB) locker.Locker { return newLocker(t, testenv.Hosts(t, raw)) }))
+		inspecttest.Run(t, inspectBackend(func(t testing.TB) locker.Locker { return newLocker(t, testenv.Hosts(t, raw), 10*time.Second) }))
 	})
 }
 
@@ -124,7 +125,7 @@ func TestForceReleaseNodeDown(t *testing.T) {
 		addrs = append(addrs, p.Addr())
 	}
 	down := proxies[2] // the node taken down
-	holder, op := newLocker(t, addrs), newLocker(t, addrs)
+	holder, op := newLocker(t, addrs, 10*time.Second), newLocker(t, addrs, 10*time.Second)
 	defer holder.Close()
 	defer op.Close()
 	key := inspecttest.Key(t)

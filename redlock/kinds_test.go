@@ -16,7 +16,6 @@ import (
 	"github.com/distlock/locker/conformance"
 	"github.com/distlock/locker/internal/redisconn"
 	"github.com/distlock/locker/internal/testenv"
-	"github.com/distlock/locker/redlock"
 )
 
 // TestPermitQuorum: with 5 nodes and a semaphore of 2 permits, three
@@ -39,20 +38,13 @@ func TestPermitQuorum(t *testing.T) {
 	}
 	clients := make([]client, 3)
 	for i := range clients {
-		var cs []goredis.UniversalClient
+		var addrs []string
 		for _, s := range srv {
 			p := testenv.Proxy(t, s.Addr())
 			clients[i].proxies = append(clients[i].proxies, p)
-			c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-			t.Cleanup(func() { c.Close() })
-			cs = append(cs, c)
+			addrs = append(addrs, p.Addr())
 		}
-		l, err := redlock.New(cs, &redlock.Options{NodeTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		clients[i].l = l
+		clients[i].l = newLocker(t, addrs, time.Minute)
 	}
 	reach := func(subsets [3][]int) {
 		for i, c := range clients {

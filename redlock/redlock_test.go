@@ -8,13 +8,11 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/conformance"
 	"github.com/distlock/locker/internal/testenv"
-	"github.com/distlock/locker/redlock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,19 +63,7 @@ func proxiedNodes(t *testing.T, n int) ([]*testenv.Redis, func() locker.Locker) 
 	}
 	return srv, func() locker.Locker {
 		t.Helper()
-		var cs []goredis.UniversalClient
-		for _, a := range addrs {
-			// As Open builds its clients, without the retries.
-			c := goredis.NewClient(&goredis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1})
-			t.Cleanup(func() { c.Close() })
-			cs = append(cs, c)
-		}
-		l, err := redlock.New(cs, &redlock.Options{NodeTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
+		return newLocker(t, addrs, time.Minute)
 	}
 }
 

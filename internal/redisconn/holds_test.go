@@ -15,6 +15,15 @@ import (
 	"github.com/distlock/locker/internal/testenv"
 )
 
+// libraries open a Conn to the server at addr through each client
+// library, by the library's name.
+var libraries = map[string]func(addr string) Conn{
+	"goredis": func(addr string) Conn { return NewGoRedis(goredis.NewClient(&goredis.Options{Addr: addr}), true) },
+	"redigo": func(addr string) Conn {
+		return NewRedigo(&redigo.Pool{Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", addr) }}, true)
+	},
+}
+
 // eachLibrary runs f on a Conn of each client library to the test server,
 // with a fresh key (and its fence counter's name) that f's end deletes.
 func eachLibrary(t *testing.T, f func(t *testing.T, c Conn, key, fenceKey string)) {
@@ -22,17 +31,11 @@ func eachLibrary(t *testing.T, f func(t *testing.T, c Conn, key, fenceKey string
 	if err != nil {
 		t.Fatal(err)
 	}
-	conns := map[string]func() Conn{
-		"goredis": func() Conn { return NewGoRedis(goredis.NewClient(&goredis.Options{Addr: u.Host}), true) },
-		"redigo": func() Conn {
-			return NewRedigo(&redigo.Pool{Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", u.Host) }}, true)
-		},
-	}
-	for name, open := range conns {
+	for name, open := range libraries {
 		t.Run(name, func(t *testing.T) {
-			c := open()
+			c := open(u.Host)
 			defer c.Close()
-			key := fmt.Sprintf("holds/%s/%s/%d", t.Name(), name, time.Now().UnixNano())
+			key := fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano())
 			fenceKey := key + ":fence"
 			defer c.Eval(context.Background(), NewScript("del", "return redis.call('DEL', KEYS[1], KEYS[2])", 2), []string{key, fenceKey})
 			f(t, c, key, fenceKey)

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	redigo "github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -133,15 +132,7 @@ func TestStaleConfirmation(t *testing.T) {
 	subscribeTimeout = time.Minute
 	t.Cleanup(func() { subscribeTimeout = old })
 
-	clients := map[string]func(proxy string) Conn{
-		"goredis": func(proxy string) Conn {
-			return NewGoRedis(goredis.NewClient(&goredis.Options{Addr: proxy}), true)
-		},
-		"redigo": func(proxy string) Conn {
-			return NewRedigo(&redigo.Pool{Dial: func() (redigo.Conn, error) { return redigo.Dial("tcp", proxy) }}, true)
-		},
-	}
-	for name, dial := range clients {
+	for name, dial := range libraries {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			raw := goredis.NewClient(&goredis.Options{Addr: addr})
