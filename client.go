@@ -265,9 +265,6 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		maxHold:     o.maxHold,
 		lost:        make(chan struct{}),
 		slots:       noSlots,
-		kind:        kind,
-		limit:       limit,
-		weight:      weight,
 	}
 	// Close ends the attempt through actx: the driver sees its context
 	// end, cleans up what it may have taken, and returns.
@@ -276,7 +273,7 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if !c.enter(lk, cancel) {
 		return nil, opErr(op, key, ErrClosed)
 	}
-	err = c.acquireLock(actx, lk, wait)
+	err = c.acquireLock(actx, lk, backend.Claim{Kind: kind, Limit: limit, Weight: weight}, wait)
 	if err != nil {
 		c.mu.Lock()
 		c.leaveLocked(lk)
@@ -291,12 +288,13 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	return lk, nil
 }
 
-// acquireLock takes lk's key under ctx, which ends when the caller's
-// context does or the Locker closes, and moves lk from the acquisitions in
-// flight to the held locks.
-func (c *client) acquireLock(ctx context.Context, lk *lock, wait bool) error {
+// acquireLock takes as much of lk's key as claim says under ctx, which
+// ends when the caller's context does or the Locker closes, and moves lk
+// from the acquisitions in flight to the held locks. lk does not keep the
+// claim: a held lock is the same whatever its kind, and costs no more.
+func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim, wait bool) error {
 	req := backend.Request{Key: c.cfg.Prefix + lk.key, Token: lk.token, TTL: lk.ttl, OnLost: lk.backendLost,
-		Kind: lk.kind, Limit: lk.limit, Weight: lk.weight}
+		Kind: claim.Kind, Limit: claim.Limit, Weight: claim.Weight}
 	var (
 		acq   backend.Acquisition
 		start time.Time

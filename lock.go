@@ -30,9 +30,6 @@ type lock struct {
 	autoRefresh bool
 	maxHold     time.Duration // WithMaxHold; 0: none
 	lost        chan struct{}
-	kind        backend.Kind // Shared, Limit and Weight
-	limit       int
-	weight      int
 
 	// Set once by start, before the lock is shared.
 	held   backend.Held
