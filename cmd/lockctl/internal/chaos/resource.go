@@ -246,7 +246,9 @@ type Hold struct {
 	Client string        `json:"client"`
 	From   time.Duration `json:"from"`
 	To     time.Duration `json:"to"`
-	// Ended: lost, released, killed, or round-end.
+	// Ended: lost, released, release-failed (Release returned an error:
+	// the holder let go, the server keeps the lock until its TTL),
+	// killed, or round-end.
 	Ended string `json:"ended"`
 	// Kind is "shared" or "permit" (with the semaphore's Limit and the
 	// hold's Weight); empty for an exclusive hold.

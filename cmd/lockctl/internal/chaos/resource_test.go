@@ -437,3 +437,31 @@ func TestOverlapsKinds(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundFailedRelease: a holder whose Release returned an error let go
+// when it called it, as its Lost says; the next holder is no overlap. (An
+// etcd release that timed out after a leader partition was counted as
+// one, the failed holder's belief running on to the round's end.)
+func TestRoundFailedRelease(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	r := newRound("k", "etcd://x", time.Second, 0, nil, true)
+	for _, s := range []struct {
+		client string
+		e      event
+	}{
+		{"A", event{Ev: evGranted, Fence: 2, Fenced: true, At: ms(10)}},
+		{"A", event{Ev: evError, Err: "release: etcdserver: request timed out", At: ms(100)}},
+		{"B", event{Ev: evGranted, Fence: 4, Fenced: true, At: ms(106)}},
+		{"B", event{Ev: evReleased, At: ms(110)}},
+		{"B", event{Ev: evError, Err: "acquire: context deadline exceeded", At: ms(120)}},
+	} {
+		r.observe(s.client, s.e)
+	}
+	res := r.outcome()
+	if len(res.Holds) != 2 || res.Holds[0].Ended != "release-failed" || res.Holds[0].To != ms(100) {
+		t.Fatalf("holds = %+v, want A's ended at 100ms by its failed release", res.Holds)
+	}
+	if res.Counts.Overlaps != 0 {
+		t.Errorf("overlaps = %d, want 0: A had let go before B's grant", res.Counts.Overlaps)
+	}
+}

@@ -92,6 +92,14 @@ func (r *round) observe(client string, e event) {
 		r.endHold(client, e.At, "released")
 		r.res.release(client)
 	case evError:
+		if strings.HasPrefix(e.Err, "release:") {
+			// The holder let go when it called Release (its Lost
+			// closed then); a failed release leaves the lock on the
+			// server until its TTL, where it blocks others but is
+			// no one's belief.
+			r.endHold(client, e.At, "release-failed")
+			r.res.release(client)
+		}
 		what = "error: " + e.Err
 	case evReady:
 		return
