@@ -34,7 +34,9 @@ const (
 
 func (r *Runner) readers() int { return orDefault(r.Settings.Readers, DefaultReaders) }
 
-func (r *Runner) writeEvery() time.Duration { return orDefault(r.Settings.WriteEvery, DefaultWriteEvery) }
+func (r *Runner) writeEvery() time.Duration {
+	return orDefault(r.Settings.WriteEvery, DefaultWriteEvery)
+}
 
 func (r *Runner) permits() int { return orDefault(r.Settings.Permits, DefaultPermits) }
 
@@ -46,34 +48,33 @@ func orDefault[T int | time.Duration](v, def T) T {
 	return v
 }
 
-// sharedDesigns are the designs of the read-write scenario; a Locker
-// whose backend admits no shared holds is noted.
-func (r *Runner) sharedDesigns(designs []Design, note bool) []Design {
+// kindDesigns are the designs of the scenario that needs a kind of hold
+// (admits says whether a design's backend admits it: Design.Shared for
+// read-write, Design.Permits for semaphore); a Locker whose backend does
+// not is noted, naming the capability it lacks.
+func (r *Runner) kindDesigns(designs []Design, note bool, scenario string, admits func(Design) bool, lacks string) []Design {
 	var out []Design
 	for _, d := range designs {
 		switch {
-		case d.Shared:
+		case admits(d):
 			out = append(out, d)
 		case note && d.Kind == KindLocker:
-			r.notef("%s: %s %s: not run: the backend does not admit shared holds (Capabilities.Shared is false)", ScenarioReadWrite, d.Backend, d.Name)
+			r.notef("%s: %s %s: not run: the backend does not admit %s", scenario, d.Backend, d.Name, lacks)
 		}
 	}
 	return out
 }
 
-// permitDesigns are the designs of the semaphore scenario; a Locker
-// whose backend admits no semaphores is noted.
+// sharedDesigns are the designs of the read-write scenario.
+func (r *Runner) sharedDesigns(designs []Design, note bool) []Design {
+	return r.kindDesigns(designs, note, ScenarioReadWrite, func(d Design) bool { return d.Shared },
+		"shared holds (Capabilities.Shared is false)")
+}
+
+// permitDesigns are the designs of the semaphore scenario.
 func (r *Runner) permitDesigns(designs []Design, note bool) []Design {
-	var out []Design
-	for _, d := range designs {
-		switch {
-		case d.Permits:
-			out = append(out, d)
-		case note && d.Kind == KindLocker:
-			r.notef("%s: %s %s: not run: the backend does not admit semaphores (Capabilities.Permits is false)", ScenarioSemaphore, d.Backend, d.Name)
-		}
-	}
-	return out
+	return r.kindDesigns(designs, note, ScenarioSemaphore, func(d Design) bool { return d.Permits },
+		"semaphores (Capabilities.Permits is false)")
 }
 
 // ReadWrite: per design, Settings.Readers clients take read locks on one
