@@ -52,7 +52,10 @@ func TestCheck(t *testing.T) {
 		}
 		dir := t.TempDir()
 		jsonPath, junitPath, mdPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.xml"), filepath.Join(dir, "r.md")
-		r := runLockctl(t, testEnv(t), "check", "--url", url, "--json-file", jsonPath, "--junit", junitPath, "--markdown", mdPath)
+		// Nine suites at once on a loaded machine: a server's expiry can
+		// run late by more than the default slack (etcd's lease revocation
+		// did, by over a second). The backends' own tests keep the default.
+		r := runLockctl(t, testEnv(t), "check", "--url", url, "--slack", "3s", "--json-file", jsonPath, "--junit", junitPath, "--markdown", mdPath)
 		if r.code != exitOK {
 			t.Fatalf("check --url %s: exit %d\n%s\n%s", url, r.code, r.stdout, r.stderr)
 		}
@@ -212,4 +215,13 @@ func TestTimeLeft(t *testing.T) {
 			t.Errorf("timeLeft(%v, %d, %d) = %q, want %q", tc.elapsed, tc.done, tc.total, got, tc.want)
 		}
 	}
+}
+
+// TestCheckSlack: --slack sets the harness's allowance; a negative one is
+// refused before anything runs.
+func TestCheckSlack(t *testing.T) {
+	r := runLockctl(t, testEnv(t), "check", "--url", "memory://check-slack", "--slack", "-1s")
+	wantCode(t, r, exitError, "--slack -1s: the allowance cannot be negative")
+	r = runLockctl(t, testEnv(t), "check", "--url", "memory://check-slack", "--slack", "2s", "--cases", "^crashed-holder-expiry$")
+	wantCode(t, r, exitOK)
 }
