@@ -17,6 +17,7 @@ import (
 // written. It checks no speed: that is make bench's to measure.
 func TestBench(t *testing.T) {
 	t.Parallel()
+	takeTurn(t)
 	out := t.TempDir()
 	args := []string{"bench", "--duration", "150ms", "--clients", "1,4", "--waiters", "2", "--held-locks", "300", "--held-ttl", "1s", "--recovery-rounds", "1", "--out", out, "--json"}
 	var names []string

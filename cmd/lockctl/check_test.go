@@ -22,6 +22,7 @@ import (
 // the Redis Cluster. Its reports say what ran against what.
 func TestCheck(t *testing.T) {
 	t.Parallel() // waits for servers and TTLs, as the others do
+	takeTurn(t)
 	targets := []struct{ name, env, suffix string }{
 		{"memory-name", "", ""},
 		{"redis", "LOCKER_TEST_REDIS_URL", ""},

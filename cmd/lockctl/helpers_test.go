@@ -114,6 +114,19 @@ func forEachServer(t *testing.T, f func(t *testing.T, s server, url string)) {
 // once, and returns when all have ended. Unlike t.Parallel, which -parallel
 // bounds (by default the number of CPUs), this runs them all together: the
 // end-to-end tests spend their time waiting for TTLs, not computing.
+// heavy is held by the tests that load every server at full speed
+// (TestCheck's nine suites at once, TestBench's scenarios): run together,
+// beside the rest of the package, they stalled the test etcd for seconds
+// (its fsyncs), and each failed on the other's load. They take turns;
+// the lighter tests still run beside them.
+var heavy sync.Mutex
+
+// takeTurn holds heavy for the rest of t.
+func takeTurn(t *testing.T) {
+	heavy.Lock()
+	t.Cleanup(heavy.Unlock)
+}
+
 func concurrently(t *testing.T, names []string, f func(t *testing.T, i int)) {
 	t.Helper()
 	var wg sync.WaitGroup
