@@ -220,23 +220,7 @@ func semaphoreConcurrent(t *T) {
 	for i := range clients {
 		clients[i] = t.Locker()
 	}
-	held := make([]locker.Lock, len(clients))
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, l := range clients {
-		wg.Go(func() {
-			<-start
-			lk, err := l.TryAcquire(t.ctx, key, sem...)
-			switch {
-			case err == nil:
-				held[i] = lk
-			case !errors.Is(err, locker.ErrNotAcquired):
-				t.Errorf("client %d: TryAcquire on a semaphore of %d under contention: %v", i+1, n, err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+	held := tryAtOnce(t, clients, key, sem)
 	t.Cleanup(func() {
 		for _, lk := range held {
 			if lk != nil {
@@ -264,14 +248,44 @@ func semaphoreConcurrent(t *T) {
 		held[i] = lk
 		got++
 	}
+	semaphoreFull(t, clients, held, key, sem)
+}
+
+// tryAtOnce has every client TryAcquire key with opts at the same moment
+// and returns the locks they got (nil where refused); an error other
+// than ErrNotAcquired fails the case.
+func tryAtOnce(t *T, clients []locker.Locker, key string, opts []locker.Option) []locker.Lock {
+	held := make([]locker.Lock, len(clients))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, l := range clients {
+		wg.Go(func() {
+			<-start
+			lk, err := l.TryAcquire(t.ctx, key, opts...)
+			switch {
+			case err == nil:
+				held[i] = lk
+			case !errors.Is(err, locker.ErrNotAcquired):
+				t.Errorf("client %d: TryAcquire on a semaphore under contention: %v", i+1, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return held
+}
+
+// semaphoreFull checks a semaphore whose permits held (by clients, nil
+// where none) are all taken: every other client is refused, and a
+// release lets one of them in.
+func semaphoreFull(t *T, clients []locker.Locker, held []locker.Lock, key string, sem []locker.Option) {
 	waiting := -1 // a client without a permit
 	for i, l := range clients {
 		if held[i] == nil {
-			t.WantNotAcquired(l, key, fmt.Sprintf("client %d, with all %d permits held", i+1, n), locker.Limit(n))
+			t.WantNotAcquired(l, key, fmt.Sprintf("client %d, with all %d permits held", i+1, semaphoreN), locker.Limit(semaphoreN))
 			waiting = i
 		}
 	}
-	// A release frees a permit for the next.
 	for i, lk := range held {
 		if lk != nil {
 			t.Release(lk)
