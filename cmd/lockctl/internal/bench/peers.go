@@ -212,6 +212,16 @@ type peerEtcd struct {
 }
 
 func peerOpenEtcd(ctx context.Context, t *rawTarget) (Client, error) {
+	p, err := openPeerEtcd(ctx, t, "concurrency.Mutex")
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// openPeerEtcd opens a client and its concurrency Session for a peer
+// design, its keys under the design's prefix.
+func openPeerEtcd(ctx context.Context, t *rawTarget, design string) (*peerEtcd, error) {
 	cli, err := rawEtcdClient(ctx, t)
 	if err != nil {
 		return nil, err
@@ -223,7 +233,7 @@ func peerOpenEtcd(ctx context.Context, t *rawTarget) (Client, error) {
 		cli.Close()
 		return nil, fmt.Errorf("bench: etcd: concurrency session: %w", err)
 	}
-	return &peerEtcd{cli: cli, session: session, ns: rawEtcdPrefix(t, "concurrency.Mutex")}, nil
+	return &peerEtcd{cli: cli, session: session, ns: rawEtcdPrefix(t, design)}, nil
 }
 
 // Lock makes a Mutex per call, as a Mutex holds one acquisition. Mutexes
@@ -354,16 +364,11 @@ type peerRWMutex struct {
 }
 
 func peerOpenRWMutex(ctx context.Context, t *rawTarget) (Client, error) {
-	cli, err := rawEtcdClient(ctx, t)
+	p, err := openPeerEtcd(ctx, t, "recipe.RWMutex")
 	if err != nil {
 		return nil, err
 	}
-	session, err := concurrency.NewSession(cli, concurrency.WithTTL(peerEtcdSessionTTL))
-	if err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("bench: etcd: concurrency session: %w", err)
-	}
-	return &peerRWMutex{peerEtcd: peerEtcd{cli: cli, session: session, ns: rawEtcdPrefix(t, "recipe.RWMutex")}}, nil
+	return &peerRWMutex{peerEtcd: *p}, nil
 }
 
 // Lock takes the write lock. ttl is ignored: the Session's lease is.
