@@ -148,3 +148,51 @@ func TestKindsOnMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCloseDuringQueuedWriter: a writer queued behind a reader blocks
+// later readers (queue order); the Close of its Locker during the wait
+// takes it out of the queue at once, so the next reader gets in beside
+// the first without waiting for any TTL.
+func TestCloseDuringQueuedWriter(t *testing.T) {
+	s := memory.NewStore()
+	readers := memory.New(&memory.Options{Store: s})
+	defer readers.Close()
+	writers := memory.New(&memory.Options{Store: s})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	r1, err := readers.TryAcquire(ctx, "k", locker.Shared(), locker.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Release(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := writers.Acquire(ctx, "k", locker.WithTTL(time.Minute))
+		waited <- err
+	}()
+	for {
+		h, err := locker.Inspect(ctx, readers, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h.Queue) == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := readers.TryAcquire(ctx, "k", locker.Shared()); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("a reader behind the queued writer: %v, want ErrNotAcquired", err)
+	}
+	if err := writers.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("the writer's Acquire after Close: %v, want ErrClosed", err)
+	}
+	r2, err := readers.TryAcquire(ctx, "k", locker.Shared())
+	if err != nil {
+		t.Fatalf("a reader once the writer's Locker closed: %v", err)
+	}
+	r2.Release(ctx)
+}
