@@ -130,20 +130,36 @@ type client struct {
 	// some are in flight, is closed when the last one leaves.
 	acquiring map[*lock]context.CancelCauseFunc
 	idle      chan struct{}
+
+	// own is the table of holds of owners (WithOwner).
+	own owners
 }
 
 func (c *client) Capabilities() Capabilities { return c.caps }
 
 func (c *client) Acquire(ctx context.Context, key string, opts ...Option) (Lock, error) {
-	if c.tel != nil {
-		return c.tel.acquire(ctx, c, opAcquire, key, true, opts)
+	if owner, ok := OwnerFrom(ctx); ok {
+		return c.acquireOwned(ctx, owner, key, true, opts)
 	}
-	return c.acquire(ctx, "acquire", key, true, opts)
+	return c.acquireNew(ctx, key, true, opts)
 }
 
 func (c *client) TryAcquire(ctx context.Context, key string, opts ...Option) (Lock, error) {
-	if c.tel != nil {
+	if owner, ok := OwnerFrom(ctx); ok {
+		return c.acquireOwned(ctx, owner, key, false, opts)
+	}
+	return c.acquireNew(ctx, key, false, opts)
+}
+
+// acquireNew takes a new hold of key: Acquire (wait) or TryAcquire.
+func (c *client) acquireNew(ctx context.Context, key string, wait bool, opts []Option) (Lock, error) {
+	switch {
+	case c.tel != nil && wait:
+		return c.tel.acquire(ctx, c, opAcquire, key, true, opts)
+	case c.tel != nil:
 		return c.tel.acquire(ctx, c, opTryAcquire, key, false, opts)
+	case wait:
+		return c.acquire(ctx, "acquire", key, true, opts)
 	}
 	return c.acquire(ctx, "try-acquire", key, false, opts)
 }
@@ -250,6 +266,9 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if err == nil {
 		err = c.checkKind(kind)
 	}
+	if err == nil {
+		err = c.checkValue(o.value)
+	}
 	if err != nil {
 		return nil, opErr(op, key, err)
 	}
@@ -273,7 +292,7 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if !c.enter(lk, cancel) {
 		return nil, opErr(op, key, ErrClosed)
 	}
-	err = c.acquireLock(actx, lk, backend.Claim{Kind: kind, Limit: limit, Weight: weight}, wait)
+	err = c.acquireLock(actx, lk, backend.Claim{Kind: kind, Limit: limit, Weight: weight}, o.value, wait)
 	if err != nil {
 		c.mu.Lock()
 		c.leaveLocked(lk)
@@ -292,9 +311,9 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 // ends when the caller's context does or the Locker closes, and moves lk
 // from the acquisitions in flight to the held locks. lk does not keep the
 // claim: a held lock is the same whatever its kind, and costs no more.
-func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim, wait bool) error {
+func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim, value []byte, wait bool) error {
 	req := backend.Request{Key: c.cfg.Prefix + lk.key, Token: lk.token, TTL: lk.ttl, OnLost: lk.backendLost,
-		Kind: claim.Kind, Limit: claim.Limit, Weight: claim.Weight}
+		Kind: claim.Kind, Limit: claim.Limit, Weight: claim.Weight, Value: value}
 	var (
 		acq   backend.Acquisition
 		start time.Time

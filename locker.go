@@ -211,6 +211,15 @@ type Lock interface {
 	// found another holder or none, a session expired, a lease was
 	// revoked).
 	Err() error
+	// SetValue replaces the value stored with the hold (WithValue), which
+	// Inspect and an Election's Leader and Observe report, without
+	// touching the hold itself: its TTL, fence and place stay. An empty
+	// value removes it. It returns ErrNotHeld once the lock is lost,
+	// ErrInvalidValue for a value longer than Capabilities.MaxValueLen,
+	// and ErrUnsupported on a backend that stores no values. When it
+	// fails otherwise (a timeout), the new value may or may not be in
+	// place.
+	SetValue(ctx context.Context, value []byte) error
 	// Until returns the end of the lock's local validity on this
 	// process's clock: the moment Lost closes unless a refresh moves it
 	// first. The server keeps the lock at least until then, allowing for
@@ -248,6 +257,9 @@ var (
 	// ErrKindMismatch: the request's kind or limit disagrees with the
 	// key's holders or waiters (Shared, Limit).
 	ErrKindMismatch = backend.ErrKindMismatch
+	// ErrInvalidValue: a hold's value is longer than the backend stores
+	// (WithValue, Lock.SetValue; Capabilities.MaxValueLen).
+	ErrInvalidValue = backend.ErrInvalidValue
 )
 
 // Why a lock stopped being held, as Lock.Err reports it (wrapped with
@@ -326,6 +338,9 @@ type options struct {
 	limitSet  bool
 	weight    int
 	weightSet bool
+
+	// value is stored with the hold (WithValue).
+	value []byte
 }
 
 func defaultOptions() options {

@@ -220,6 +220,9 @@ func (c *client) checkConfig() error {
 	if err != nil {
 		return err
 	}
+	if err := c.checkValue(o.value); err != nil {
+		return fmt.Errorf("default value: %w", err)
+	}
 	// Only a default the configuration sets: without one, DefaultTTL
 	// applies to calls that do not choose their own, and a backend whose
 	// range leaves it out (a ZooKeeper server with a short maximum

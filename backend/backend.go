@@ -16,7 +16,11 @@
 // a Held that implements [Expirer] is told when its TTL ran out; one that
 // implements [Bounded] caps its lock's validity by its lease or session.
 // A driver that implements [Inspector] tells who holds a key and releases
-// it by force, for operators (locker.Inspect, locker.ForceRelease).
+// it by force, for operators (locker.Inspect, locker.ForceRelease). Holds
+// may carry a small value (Request.Value, Capabilities.MaxValueLen) that a
+// Held implementing [ValueSetter] replaces; a driver that implements
+// [Observer] tells of every change of a key's holders, which
+// locker.Election's Observe follows.
 //
 // A driver is used through package locker, never directly by applications:
 // locker.New(driver, config) returns the [locker.Locker].
@@ -89,6 +93,9 @@ var (
 	ErrInvalidKey = errors.New("invalid key")
 	// ErrInvalidTTL means the TTL is not positive or outside the backend's range.
 	ErrInvalidTTL = errors.New("invalid TTL")
+	// ErrInvalidValue means a hold's value is longer than the backend
+	// stores (Capabilities.MaxValueLen).
+	ErrInvalidValue = errors.New("invalid value")
 )
 
 // Busy is the error a driver's TryAcquire returns when another owner holds
@@ -135,6 +142,12 @@ type Request struct {
 	// Weight how many of them the hold takes (1 to Limit). Both are 0 for
 	// the other kinds.
 	Limit, Weight int
+	// Value is stored with the hold, readable by Inspect (Hold.Value) and
+	// replaceable by the holder (ValueSetter); nil or empty: none. Package
+	// locker sends a value only to a driver whose Capabilities.MaxValueLen
+	// admits its length. A driver may keep the slice; the caller does not
+	// change it.
+	Value []byte
 	// OnLost, if the driver learns that a held lock is gone before it is
 	// released (a ZooKeeper session expired, an etcd lease was revoked),
 	// is called once, from any goroutine. It must not block.
@@ -312,6 +325,10 @@ type Capabilities struct {
 	// MaxKeyLen is the longest key accepted, in bytes (after the Locker's
 	// prefix is added). 0 means DefaultMaxKeyLen.
 	MaxKeyLen int
+	// MaxValueLen is the longest value, in bytes, the backend stores with
+	// a hold (Request.Value, ValueSetter); 0 means it stores none, and
+	// package locker refuses values with ErrUnsupported.
+	MaxValueLen int
 	// MinTTL and MaxTTL bound the TTLs the backend honours exactly; 0
 	// means no bound. TTLs outside are rejected with ErrInvalidTTL.
 	MinTTL, MaxTTL time.Duration
@@ -330,7 +347,7 @@ func (c Capabilities) String() string {
 		on   bool
 		name string
 	}{{c.Fencing, "fencing"}, {c.FIFO, "FIFO"}, {c.WakeOnRelease, "wake-on-release"}, {c.LossSignal, "loss signal"},
-		{c.Shared, "shared holds"}, {c.Permits, "semaphores"}} {
+		{c.Shared, "shared holds"}, {c.Permits, "semaphores"}, {c.MaxValueLen > 0, "values"}} {
 		if f.on {
 			feats = append(feats, f.name)
 		}
@@ -342,8 +359,12 @@ func (c Capabilities) String() string {
 	if keyLen <= 0 {
 		keyLen = DefaultMaxKeyLen
 	}
-	return fmt.Sprintf("%s; keys up to %d bytes; TTL %s to %s; expiry slack %s",
-		strings.Join(feats, ", "), keyLen, ttlBound(c.MinTTL, "any"), ttlBound(c.MaxTTL, "no limit"), c.ExpirySlack)
+	values := ""
+	if c.MaxValueLen > 0 {
+		values = fmt.Sprintf("; values up to %d bytes", c.MaxValueLen)
+	}
+	return fmt.Sprintf("%s; keys up to %d bytes%s; TTL %s to %s; expiry slack %s",
+		strings.Join(feats, ", "), keyLen, values, ttlBound(c.MinTTL, "any"), ttlBound(c.MaxTTL, "no limit"), c.ExpirySlack)
 }
 
 // ttlBound formats a TTL bound; 0, or more than a century (a backend's

@@ -59,6 +59,8 @@ type Holder struct {
 	// nothing on the server counts them.
 	Waiters      int
 	WaitersKnown bool
+	// Value is the holder's value (Request.Value), nil when none.
+	Value []byte
 	// Detail is what else the backend can say, for display: server key
 	// names, node paths, lease ids, per-server answers. Its names are
 	// backend-specific; see each backend's Inspect. Nil when there is
@@ -82,6 +84,9 @@ type Hold struct {
 	// permits, and how many of them the hold takes).
 	Kind          Kind
 	Limit, Weight int
+	// Value is the hold's value (Request.Value, ValueSetter), nil when it
+	// has none or the backend stores none.
+	Value []byte
 	// Token, Fence and TTL are as in Holder.
 	Token    string
 	Fence    uint64

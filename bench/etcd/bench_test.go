@@ -165,6 +165,9 @@ func (l mutexLock) Lost() <-chan struct{}                        { return nil }
 // bounds it); the zero time says so.
 func (l mutexLock) Until() time.Time { return time.Time{} }
 
+// SetValue: the peer stores no value beside its lock.
+func (l mutexLock) SetValue(context.Context, []byte) error { return locker.ErrUnsupported }
+
 // Err: a Mutex does not tell whether it was lost (Lost is nil); nil says
 // nothing is known.
 func (l mutexLock) Err() error { return nil }

@@ -158,6 +158,9 @@ func (l *zkLock) Lost() <-chan struct{}                        { return nil }
 // the zero time says so.
 func (l *zkLock) Until() time.Time { return time.Time{} }
 
+// SetValue: the peer stores no value beside its lock.
+func (l *zkLock) SetValue(context.Context, []byte) error { return locker.ErrUnsupported }
+
 // Err: zk.Lock does not tell whether it was lost (Lost is nil); nil says
 // nothing is known.
 func (l *zkLock) Err() error { return nil }

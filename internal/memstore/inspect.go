@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"time"
@@ -28,7 +29,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 			hd := el.Value.(*hold)
 			h.Holds = append(h.Holds, backend.Hold{
 				Kind: hd.claim.Kind, Limit: hd.claim.Limit, Weight: hd.claim.Weight,
-				Token: hd.token, Fence: hd.fence, Fenced: true,
+				Token: hd.token, Fence: hd.fence, Fenced: true, Value: bytes.Clone(hd.value),
 				TTL: max(time.Until(hd.expires), 0), TTLKnown: true,
 			})
 		}
@@ -40,7 +41,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 		h.Waiters = len(h.Queue)
 		if len(h.Holds) > 0 {
 			first := h.Holds[0]
-			h.Held, h.Token = true, first.Token
+			h.Held, h.Token, h.Value = true, first.Token, first.Value
 			h.Fence, h.Fenced = first.Fence, true
 			h.TTL, h.TTLKnown = first.TTL, true
 		}

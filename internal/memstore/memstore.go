@@ -22,6 +22,8 @@ type Store struct {
 	mu    sync.Mutex
 	keys  map[string]*entry
 	fence uint64
+	// observers are the Observe calls watching each key.
+	observers map[string]map[chan struct{}]struct{}
 
 	hooks atomic.Pointer[Hooks] // set only by tests
 }
@@ -44,6 +46,7 @@ type hold struct {
 	owner   *Driver
 	token   string
 	claim   backend.Claim
+	value   []byte
 	fence   uint64
 	expires time.Time
 	timer   *time.Timer
@@ -72,9 +75,14 @@ type Driver struct {
 }
 
 var (
-	_ backend.Driver = (*Driver)(nil)
-	_ backend.Waiter = (*Driver)(nil)
+	_ backend.Driver      = (*Driver)(nil)
+	_ backend.Waiter      = (*Driver)(nil)
+	_ backend.Observer    = (*Driver)(nil)
+	_ backend.ValueSetter = (*held)(nil)
 )
+
+// MaxValueLen is the longest value the store keeps with a hold.
+const MaxValueLen = 64 << 10
 
 // NewDriver returns a new client of s, for locker.New.
 func NewDriver(s *Store) *Driver {
@@ -161,6 +169,7 @@ func (d *Driver) Capabilities() backend.Capabilities {
 		Shared:        true,
 		Permits:       true,
 		MaxKeyLen:     backend.DefaultMaxKeyLen,
+		MaxValueLen:   MaxValueLen,
 	}
 }
 
@@ -340,11 +349,12 @@ func (s *Store) expireDueLocked(key string) (notify func()) {
 // grantLocked makes d a holder of e, with the next fence.
 func (s *Store) grantLocked(e *entry, d *Driver, req backend.Request) backend.Acquisition {
 	s.fence++
-	h := &hold{e: e, owner: d, token: req.Token, claim: backend.ClaimOf(req), onLost: req.OnLost, fence: s.fence}
+	h := &hold{e: e, owner: d, token: req.Token, claim: backend.ClaimOf(req), value: req.Value, onLost: req.OnLost, fence: s.fence}
 	now := time.Now()
 	h.expires = now.Add(req.TTL)
 	h.elem = e.holds.PushBack(h)
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(h) })
+	s.changedLocked(e.key)
 	return backend.Acquisition{
 		Held:   &held{d: d, h: h},
 		Fence:  s.fence,
@@ -389,7 +399,48 @@ func (s *Store) removeLocked(h *hold) {
 		h.e.holds.Remove(h.elem)
 		h.elem = nil
 		h.timer.Stop()
+		s.changedLocked(h.e.key)
 	}
+}
+
+// changedLocked tells the observers of key that its holders changed.
+func (s *Store) changedLocked(key string) {
+	for ch := range s.observers[key] {
+		select {
+		case ch <- struct{}{}:
+		default: // a notice is pending already
+		}
+	}
+}
+
+// Observe implements backend.Observer: every grant, release, expiry,
+// release by force and value replaced on key sends a notice.
+func (d *Driver) Observe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, nil, err
+	}
+	s := d.s
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.observers == nil {
+		s.observers = map[string]map[chan struct{}]struct{}{}
+	}
+	if s.observers[key] == nil {
+		s.observers[key] = map[chan struct{}]struct{}{}
+	}
+	s.observers[key][ch] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.observers[key], ch)
+			if len(s.observers[key]) == 0 {
+				delete(s.observers, key)
+			}
+			s.mu.Unlock()
+		})
+	}, nil
 }
 
 // handOffLocked grants e to its waiters, from the front of the queue, for
@@ -444,6 +495,22 @@ func (hd *held) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	hd.h.expires = time.Now().Add(ttl)
 	hd.h.timer.Reset(ttl)
+	return nil
+}
+
+// SetValue implements backend.ValueSetter.
+func (hd *held) SetValue(ctx context.Context, value []byte) error {
+	if err := hd.d.enter(ctx); err != nil {
+		return err
+	}
+	s := hd.d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !hd.h.ownedLocked() {
+		return backend.ErrNotHeld
+	}
+	hd.h.value = value
+	s.changedLocked(hd.h.e.key)
 	return nil
 }
 

@@ -1,0 +1,345 @@
+package locker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/distlock/locker/backend"
+)
+
+// ErrNoLeader: an election has no leader now (Election.Leader).
+var ErrNoLeader = errors.New("no leader")
+
+// The operations of an Election, as OpError.Op names them.
+const (
+	opCampaign = "campaign"
+	opProclaim = "proclaim"
+	opResign   = "resign"
+	opLeader   = "leader"
+)
+
+// Leader is an election's leader as its servers record it.
+type Leader struct {
+	// Value is the leader's value (Campaign, Proclaim); nil when none.
+	Value []byte
+	// Term is the leader's term, meaningful when Termed is true: its
+	// lock's fence, strictly larger than every earlier leader's, so a
+	// resource that rejects a term below the largest it has seen rejects
+	// a deposed leader's writes. Termed is false where the backend mints
+	// no fences (Redlock).
+	Term   uint64
+	Termed bool
+	// Token is the leader's Lock.Token where the backend stores tokens
+	// (memory, redis, redlock); "" elsewhere.
+	Token string
+}
+
+// Election is a leader election on one name of a Locker, in the shape of
+// etcd's concurrency.Election: Campaign blocks until this client leads,
+// Proclaim replaces the leader's value, Resign lets go, Leader reads who
+// leads and Observe follows the changes.
+//
+// A leader is the exclusive holder of the name, a lock like any other: it
+// is kept by the watchdog, lost at its validity's end (Lost closes) and
+// freed within TTL plus the backend's slack when the leader crashes. Its
+// term is its fence, so a resource that checks terms rejects a deposed
+// leader's late writes; on Redlock there are no terms.
+//
+// An Election is safe for concurrent use, and leads at most once at a
+// time: Campaign while it leads fails. Many Elections, in one process or
+// many, campaign on one name; one leads at a time.
+type Election struct {
+	l    Locker
+	name string
+	opts []Option
+
+	mu        sync.Mutex
+	lead      Lock // while this Election leads
+	campaigns int  // Campaign calls in flight
+}
+
+// NewElection returns an election on name, whose campaigns take name in l
+// with opts (WithTTL, WithMaxHold, ...; Shared and Limit are refused by
+// Campaign: a leader holds the name alone).
+func NewElection(l Locker, name string, opts ...Option) *Election {
+	return &Election{l: l, name: name, opts: opts}
+}
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.name }
+
+// Campaign blocks until this client leads the election with value, or ctx
+// ends, and returns the leadership as a Lock: Lost closes when the
+// leadership ends (Resign, a crash, validity run out), Fence is the term,
+// SetValue is Proclaim and Release is Resign. A leader that finds itself
+// deposed stops acting: after Lost closes, another may lead.
+//
+// On a backend that mints fences on demand (Redis), Campaign mints the
+// term before it returns and announces the value once more, so that
+// Leader and Observe see the term with the value.
+func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
+	if ctx == nil {
+		return nil, opErr(opCampaign, e.name, errNilContext)
+	}
+	if e.l == nil {
+		return nil, opErr(opCampaign, e.name, errors.New("nil Locker"))
+	}
+	var o options
+	for _, f := range e.opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	if o.shared || o.limitSet {
+		return nil, opErr(opCampaign, e.name, errors.New("a leader holds the name alone: Shared and Limit do not apply to an election"))
+	}
+	e.mu.Lock()
+	if e.lead != nil && e.lead.Err() == nil {
+		e.mu.Unlock()
+		return nil, opErr(opCampaign, e.name, errors.New("this Election leads already: Proclaim to change its value, or Resign first"))
+	}
+	if e.campaigns > 0 {
+		e.mu.Unlock()
+		return nil, opErr(opCampaign, e.name, errors.New("this Election is campaigning already"))
+	}
+	e.campaigns++
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.campaigns--
+		e.mu.Unlock()
+	}()
+
+	opts := append(append([]Option(nil), e.opts...), WithValue(value))
+	lk, err := e.l.Acquire(ctx, e.name, opts...)
+	if err != nil {
+		return nil, opErr(opCampaign, e.name, err)
+	}
+	if err := e.announce(ctx, lk, value); err != nil {
+		lk.Release(context.WithoutCancel(ctx))
+		return nil, opErr(opCampaign, e.name, err)
+	}
+	e.mu.Lock()
+	e.lead = lk
+	e.mu.Unlock()
+	return lk, nil
+}
+
+// announce mints a new leader's term where the backend mints fences on
+// demand, and then sets its value again, so that Leader and Observe see
+// the term beside the value.
+func (e *Election) announce(ctx context.Context, lk Lock, value []byte) error {
+	in, ok := innerLock(lk)
+	if !ok || in.fenced || !e.l.Capabilities().Fencing {
+		return nil
+	}
+	if _, ok := lk.Fence(); !ok {
+		if err := lk.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: the term (fence) could not be minted", ErrNotHeld)
+	}
+	if _, isSetter := in.held.(backend.ValueSetter); !isSetter {
+		return nil
+	}
+	return lk.SetValue(ctx, value)
+}
+
+// innerLock returns the *lock behind a Lock of this package.
+func innerLock(l Lock) (*lock, bool) {
+	switch v := l.(type) {
+	case *lock:
+		return v, true
+	case *handle:
+		return v.lock, true
+	}
+	return nil, false
+}
+
+// Leading returns the leadership Campaign won, while it lasts; nil when
+// this Election does not lead.
+func (e *Election) Leading() Lock {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lead == nil || e.lead.Err() != nil {
+		return nil
+	}
+	return e.lead
+}
+
+// Proclaim replaces the leader's value, without an election: it fails with
+// ErrNotHeld when this Election does not lead (or leads no longer).
+func (e *Election) Proclaim(ctx context.Context, value []byte) error {
+	lk := e.Leading()
+	if lk == nil {
+		return opErr(opProclaim, e.name, fmt.Errorf("%w: this Election does not lead", ErrNotHeld))
+	}
+	err := lk.SetValue(ctx, value)
+	var oe *OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	return opErr(opProclaim, e.name, err)
+}
+
+// Resign ends this Election's leadership, if it leads, so that another
+// campaign may win at once. It returns nil when it does not lead.
+func (e *Election) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	lk := e.lead
+	e.lead = nil
+	e.mu.Unlock()
+	if lk == nil {
+		return nil
+	}
+	err := lk.Release(ctx)
+	if errors.Is(err, ErrNotHeld) {
+		return nil // deposed already: nothing to resign
+	}
+	var oe *OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	return opErr(opResign, e.name, err)
+}
+
+// Leader returns the election's leader as its servers record it now, or
+// ErrNoLeader. It needs a backend that can inspect keys (every backend
+// of this module can).
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	h, err := Inspect(ctx, e.l, e.name)
+	if err != nil {
+		var oe *OpError
+		if errors.As(err, &oe) {
+			err = oe.Err
+		}
+		return Leader{}, opErr(opLeader, e.name, err)
+	}
+	ldr, ok, err := leaderOf(h)
+	if err != nil {
+		return Leader{}, opErr(opLeader, e.name, err)
+	}
+	if !ok {
+		return Leader{}, opErr(opLeader, e.name, ErrNoLeader)
+	}
+	return ldr, nil
+}
+
+// leaderOf reads the leader from what Inspect found of an election's name.
+func leaderOf(h Holder) (Leader, bool, error) {
+	if !h.Held || len(h.Holds) == 0 {
+		return Leader{}, false, nil
+	}
+	first := h.Holds[0]
+	if first.Kind != backend.Exclusive {
+		return Leader{}, false, fmt.Errorf("%w: the name is held as a %s, not by a leader", ErrKindMismatch, first.Kind)
+	}
+	return Leader{Value: first.Value, Term: first.Fence, Termed: first.Fenced, Token: first.Token}, true, nil
+}
+
+// same reports whether two readings show one leader with one value.
+func (l Leader) same(o Leader) bool {
+	return l.Token == o.Token && l.Term == o.Term && l.Termed == o.Termed && bytes.Equal(l.Value, o.Value)
+}
+
+// Polling bounds of Observe.
+const (
+	// observePoll is how often Observe looks again on a backend that
+	// cannot tell of changes (no backend.Observer).
+	observePoll = time.Second
+	// observeRetry is the first wait after a failed look, doubling up
+	// to observePoll.
+	observeRetry = 50 * time.Millisecond
+)
+
+// Observe returns a channel of the election's leaders, in order: the
+// leader when Observe starts (if any), and then every new leader and every
+// new value of one (Proclaim). It is closed when ctx ends.
+//
+// Each change is read from the servers after the backend tells of it: on
+// ZooKeeper and etcd from watches, on Redis and Redlock from the notices
+// their scripts publish, on memory from the store. A leader whose lock
+// expires on Redis (a crash) is seen when its TTL, as last read, runs out,
+// as Redis tells of no expiry; a backend that tells of nothing is read
+// once a second. Changes closer together than a round trip may be seen as
+// one, the last; terms never go back. A slow reader delays the reading of
+// later changes, not their order.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	ch := make(chan Leader)
+	go e.observe(ctx, ch)
+	return ch
+}
+
+func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
+	defer close(ch)
+	if ctx == nil {
+		return
+	}
+	c, err := unwrapClient(e.l)
+	if err != nil || c.checkKey(e.name) != nil {
+		return
+	}
+	var events <-chan struct{}
+	if obs, ok := c.d.(backend.Observer); ok {
+		ev, stop, err := obs.Observe(ctx, c.cfg.Prefix+e.name)
+		if err == nil {
+			events = ev
+			defer stop()
+		} else if ctx.Err() == nil {
+			c.log.Warn("locker: election changes unavailable, polling instead", "name", e.name, "err", err)
+		}
+	}
+	var (
+		last  Leader
+		seen  bool
+		retry = observeRetry
+		timer = time.NewTimer(time.Hour)
+	)
+	defer timer.Stop()
+	for {
+		wait := observePoll
+		h, err := Inspect(ctx, e.l, e.name)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			wait, retry = retry, min(2*retry, observePoll)
+		} else {
+			retry = observeRetry
+			ldr, ok, _ := leaderOf(h)
+			if ok && (!seen || !ldr.same(last)) && !(ldr.Termed && last.Termed && ldr.Term < last.Term) {
+				select {
+				case ch <- ldr:
+				case <-ctx.Done():
+					return
+				}
+				last, seen = ldr, true
+			}
+			switch {
+			case events == nil:
+			case ok && h.TTLKnown:
+				// Told of every change but an expiry: look when the
+				// leader would expire unless refreshed.
+				wait = h.TTL + minPoll
+			default:
+				wait = 0
+			}
+		}
+		var tick <-chan time.Time
+		if wait > 0 {
+			timer.Reset(wait) // Go 1.23 timers: no stale tick after Reset
+			tick = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-events:
+		case <-tick:
+		}
+		timer.Stop()
+	}
+}
