@@ -63,14 +63,41 @@
 // resource checks a reader's fence against the largest fence of a writer
 // it has seen, since readers that overlap may reach it in any order.
 //
-// # Locks are not reentrant
+// # Leader election
+//
+// An Election is a lock on a name with a value, in the shape of etcd's
+// concurrency.Election, on every backend:
+//
+//	e := locker.NewElection(l, "billing/scheduler")
+//	lead, err := e.Campaign(ctx, []byte(hostname)) // blocks until this client leads
+//	if err != nil { ... }
+//	defer e.Resign(ctx)
+//	term, _ := lead.Fence() // pass it with every write; <-lead.Lost() ends the term
+//
+// Campaign returns the leadership as a Lock: the watchdog keeps it, Lost
+// closes when it ends, and its fence is the term, strictly larger for each
+// new leader, so that a resource that checks terms rejects a deposed
+// leader's late writes (Redlock mints no terms). Proclaim replaces the
+// leader's value, Resign hands over, Leader reads the current leader and
+// Observe follows every change, from the backend's watches or notices
+// rather than a poll per observer.
+//
+// Any hold may carry a small value (WithValue, Lock.SetValue) that Inspect
+// reports; Capabilities.MaxValueLen says how large.
+//
+// # Reentrancy is opt-in, per owner
 //
 // A Lock belongs to the code that acquired it, not to a goroutine or a
 // process. Goroutines of one process sharing a Locker take turns on a key
 // like any other clients (that is normal use, not an error), so code that
 // calls Acquire on a key it already holds waits for itself until its
-// context ends. Pass the Lock down to the code that needs it instead of
-// acquiring the key again.
+// context ends. Pass the Lock down to the code that needs it, or name an
+// owner: under a context from [WithOwner], an Acquire of a key the owner
+// already holds through the same Locker returns at once with a new handle
+// on the same hold ([HoldCount] tells how many), and the key is released
+// with the last handle, as Redisson's locks count holds per thread. The
+// same owner through another Locker, or in another process, is another
+// client.
 //
 // # Validity, refresh and loss
 //
@@ -283,8 +310,9 @@ var errNilContext = errors.New("nil context (use context.Background())")
 // the operation and the key, and wraps the cause.
 type OpError struct {
 	// Op is the operation: "acquire", "try-acquire", "refresh", "ttl",
-	// "release", "close", "do" (Do's own errors: a nil fn, the lock
-	// lost while fn ran), "inspect" or "force-release".
+	// "release", "set-value", "close", "do" (Do's own errors: a nil fn,
+	// the lock lost while fn ran), "inspect", "force-release", or an
+	// Election's "campaign", "proclaim", "resign" and "leader".
 	Op  string
 	Key string
 	Err error
