@@ -302,3 +302,124 @@ func TestElection(t *testing.T) {
 	for range obs { // closed once ctx ends
 	}
 }
+
+// TestOwnerHoldLost: once an owner's hold is lost, the owner's next
+// Acquire takes a new hold; releasing the old handles touches nothing of
+// it.
+func TestOwnerHoldLost(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+	octx := locker.WithOwner(ctx, "o")
+	a, err := l.Acquire(octx, "k", locker.WithTTL(30*time.Millisecond), locker.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Acquire(octx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-a.Lost() // the validity runs out: no refresh
+	c, err := l.Acquire(octx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Token() == a.Token() || locker.HoldCount(c) != 1 {
+		t.Fatalf("after the loss: token %s (old %s), count %d; want a new hold", c.Token(), a.Token(), locker.HoldCount(c))
+	}
+	for _, old := range []locker.Lock{a, b} {
+		if err := old.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+			t.Fatalf("releasing a handle of the lost hold: %v, want ErrNotHeld", err)
+		}
+	}
+	if c.Err() != nil {
+		t.Fatalf("the new hold was touched: %v", c.Err())
+	}
+	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("the new hold is not held: %v", err)
+	}
+	c.Release(ctx)
+}
+
+// TestOwnerNestedDo: Do under an owner nests; the key stays held until the
+// outer Do returns.
+func TestOwnerNestedDo(t *testing.T) {
+	ctx := locker.WithOwner(context.Background(), "o")
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+	err := locker.Do(ctx, l, "k", func(ctx context.Context, outer locker.Lock) error {
+		err := locker.Do(ctx, l, "k", func(ctx context.Context, inner locker.Lock) error {
+			if inner.Token() != outer.Token() {
+				return errors.New("the inner Do took another hold")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if outer.Err() != nil {
+			return errors.New("the inner Do's release ended the hold")
+		}
+		_, err = l.TryAcquire(context.Background(), "k")
+		if !errors.Is(err, locker.ErrNotAcquired) {
+			return errors.New("the key was free inside the outer Do")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := l.TryAcquire(context.Background(), "k")
+	if err != nil {
+		t.Fatalf("after the outer Do: %v", err)
+	}
+	lk.Release(context.Background())
+}
+
+// TestOwnerClose: Close ends an owner's waiting acquisitions and releases
+// its hold; later ones fail with ErrClosed.
+func TestOwnerClose(t *testing.T) {
+	ctx := context.Background()
+	store := memory.NewStore()
+	other := memory.New(&memory.Options{Store: store})
+	defer other.Close()
+	blocker, err := other.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := memory.New(&memory.Options{Store: store})
+	octx := locker.WithOwner(ctx, "o")
+	h, err := l.Acquire(octx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := l.Acquire(octx, "k")
+			errs <- err
+		}()
+	}
+	for {
+		if hd, _ := locker.Inspect(ctx, other, "k"); hd.Waiters == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	l.Close()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, locker.ErrClosed) {
+			t.Fatalf("a waiting owner's Acquire after Close: %v", err)
+		}
+	}
+	<-h.Lost()
+	if _, err := l.Acquire(octx, "held"); !errors.Is(err, locker.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	if lk, err := other.TryAcquire(ctx, "held"); err != nil {
+		t.Fatalf("the closed Locker's owner hold was not released: %v", err)
+	} else {
+		lk.Release(ctx)
+	}
+	blocker.Release(ctx)
+}
