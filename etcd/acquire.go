@@ -25,6 +25,8 @@ type attempt struct {
 	l   *lease
 	qp  string // the lock's queue prefix
 	key string // our entry, a name reserved on l
+	// value is the entry's value: the hold's (Request.Value).
+	value string
 	// rev is our entry's create revision: 0 until a put is known
 	// applied, and corrected when a look finds the entry made by an
 	// earlier send of the same put (its reply was lost).
@@ -52,7 +54,7 @@ func (d *driver) newAttempt(ctx context.Context, req backend.Request) (*attempt,
 			return nil, err
 		}
 		if key, ok := l.reserve(qp, claimSuffix(req)); ok {
-			return &attempt{d: d, ctx: ctx, req: req, l: l, qp: qp, key: key}, nil
+			return &attempt{d: d, ctx: ctx, req: req, l: l, qp: qp, key: key, value: string(req.Value)}, nil
 		}
 		d.unref(l) // lapsed since getLease
 	}
@@ -265,7 +267,7 @@ func (a *attempt) put(form int, since int64) (*clientv3.TxnResponse, error) {
 	a.start = time.Now()
 	tctx, cancel := a.l.bound(a.ctx)
 	defer cancel()
-	r, err := a.d.putEntry(tctx, form, a.qp, a.key, a.l.id, since)
+	r, err := a.putEntry(tctx, form, since)
 	return r, a.l.why(tctx, err)
 }
 

@@ -19,8 +19,10 @@ import (
 //	<lease id in hex>[-N].permit-<w>-of-<n> w of a semaphore's n permits
 //
 // The claim is in the name rather than the value so that nothing that
-// puts the entry again (a Refresh that moves it to another lease) has to
-// carry it, and so that the reads of a waiting acquisition stay keys-only.
+// puts the entry again (a Refresh that moves it to another lease, a
+// SetValue) has to carry it, and so that the reads of a waiting
+// acquisition stay keys-only. The value is the hold's own (Request.Value,
+// see value.go).
 
 // Suffixes of entry names.
 const (

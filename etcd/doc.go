@@ -324,6 +324,64 @@
 // refused), not against other readers'. A semaphore's permit holders,
 // which may act together by design, are ordered by their fences alone.
 //
+// # Values and elections
+//
+// A hold's value (locker.WithValue, Lock.SetValue) is the value of its
+// queue entry: the acquisition puts the entry with it, whatever the kind
+// of hold, in the transaction that queues it. Values are up to 64 KiB
+// (Capabilities().MaxValueLen, as on the memory backend): etcd refuses a
+// request larger than its --max-request-bytes, 1.5 MiB by default, and
+// keeps every value in memory and in each member's log, so values are for
+// small things (an address, a host name), not payloads.
+//
+// SetValue is one transaction: it puts the new value on the entry if the
+// entry's create revision is still ours, keeping the lease the entry is
+// on (WithIgnoreLease), so the fence, the TTL and the place in the queue
+// stay; a failed comparison is ErrNotHeld, and nothing is written, not
+// even over an entry someone else made under our name. The Locker's watch
+// of held entries sees that put with our create revision, on our lease,
+// and takes it for ours, as it takes a move. A Refresh that moves the
+// entry to another lease keeps its value (WithIgnoreValue), so that a
+// move neither carries the value nor undoes a SetValue just before it.
+// Inspect reports each holder's value: the keys of the queue and the
+// first entry's value in one transaction, the others' values, when a key
+// has several holders (shared, permits), in a second read at the same
+// revision; the waiters' values are not read.
+//
+// locker.NewElection on an etcd Locker has the shape of etcd's
+// concurrency.Election: a campaign puts a key with its value under the
+// campaigner's lease, the leader is the key with the lowest create
+// revision under the election's prefix, Proclaim puts a new value if that
+// key's create revision is still the leader's, Resign deletes the key on
+// the same condition, and Observe follows the prefix with a watch. The
+// term (locker.Leader.Term, the leadership's Lock.Fence) is that create
+// revision: concurrency.Election's Rev. Both wait for the nearest older
+// key to go and look again; the differences are the Locker's: the key is
+// the name's queue entry, the waiter's watch starts at the current
+// revision (see Waiting), and a leader learns that its leadership ended
+// (a lapsed lease, its key deleted by someone else) from Lost, where
+// concurrency.Election tells it only of its session's end.
+//
+// Observe (backend.Observer, which Election.Observe uses) is one watch on
+// the key's queue prefix, from before Observe returns: it waits for the
+// server's created response, so an Inspect made after it misses no
+// change. Every change of the key's holders is a put or a delete of an
+// entry there (a grant, a release, an expiry when the lease's revoke
+// deletes the entry, a force release, a SetValue), and each watch
+// response with events sends a notice; so do changes that leave the
+// holders as they were (a campaigner joining or leaving the queue),
+// after which the observer reads the key and finds no new leader: an
+// observer reads the key once per change of its queue, at most. The
+// client resumes a watch whose connection broke from where it stopped;
+// a watch that ends (its member lost the leader: the watch requires one,
+// so that a member cut off from the cluster cannot leave it silent; its
+// revisions were compacted; the server cancelled it) is created again,
+// and then sends one notice for whatever it may have missed. Each Observe
+// costs a goroutine until it is stopped, and a watch on a stream the
+// client shares among its watches. concurrency.Election's Observe watches the leader's key alone, from the
+// revision it read (etcd's 100 ms catch-up loop), and closes its channel
+// when its watch is disrupted.
+//
 // # Guarantees and their limits
 //
 // etcd replicates through raft: an acquire is acknowledged only once a
@@ -393,6 +451,7 @@
 // LOCKER_ETCD_BIN=/usr/bin/etcd make test); there every transaction costs
 // the server a copy of its write buffer, so a compare-and-delete release is
 // dearer than a bare delete and the uncontended figures are a few percent
-// lower relative to the raw pair. The transactions use range comparisons,
-// which need etcd 3.3 or later.
+// lower relative to the raw pair. The transactions use range comparisons
+// and puts that keep a key's lease or value (SetValue's ignore_lease, a
+// move's ignore_value), all of which need etcd 3.3 or later.
 package etcd

@@ -28,6 +28,13 @@ const (
 	// and revokes them through the raft log; a waiter then learns of the
 	// deletion through its watch.
 	expirySlack = time.Second
+	// maxValueLen is the longest value stored with a hold, the value of
+	// its queue entry: the memory backend's 64 KiB. etcd refuses a request
+	// larger than its --max-request-bytes, 1.5 MiB by default, and keeps
+	// every value in memory and in each member's log and snapshots: values
+	// are for small descriptions (an address, a host name), and 64 KiB
+	// leaves the acquire transaction far below that limit.
+	maxValueLen = 64 << 10
 )
 
 var errClosed = backend.ErrClosed
@@ -112,6 +119,7 @@ func (d *driver) Capabilities() backend.Capabilities {
 		LossSignal:    true,
 		Shared:        true,
 		Permits:       true,
+		MaxValueLen:   maxValueLen,
 		MinTTL:        d.minTTL,
 		MaxTTL:        maxTTL,
 		ExpirySlack:   expirySlack,
@@ -597,7 +605,9 @@ func (h *held) checked(l *lease, found *mvccpb.KeyValue) error {
 }
 
 // move puts the entry on the lease for secs. A put on an existing key
-// keeps its create revision, so the fence and the queue position stay.
+// keeps its create revision, so the fence and the queue position stay;
+// the put keeps the entry's value too (WithIgnoreValue), so that a move
+// neither carries the value nor undoes a SetValue applied just before it.
 func (h *held) move(ctx context.Context, secs int64) error {
 	nl, err := h.d.getLease(ctx, secs)
 	if err != nil {
@@ -615,7 +625,7 @@ func (h *held) move(ctx context.Context, secs int64) error {
 	// The watch may see the put before its reply is back here.
 	h.setMoving(nl)
 	defer h.setMoving(nil)
-	resp, err := h.d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id))).Commit()
+	resp, err := h.d.cli.Txn(ctx).If(h.own()).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id), clientv3.WithIgnoreValue())).Commit()
 	if hk := testHooks.Load(); hk != nil && hk.Moved != nil {
 		hk.Moved(h.key)
 	}

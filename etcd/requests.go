@@ -27,14 +27,15 @@ const (
 	putAndRead
 )
 
-// putEntry puts queue entry key, on lease, into the queue whose prefix is
-// qp, in one transaction of the given form (since is putIfNoneSince's).
-// The put hook sees it just before it is sent.
-func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease clientv3.LeaseID, since int64) (*clientv3.TxnResponse, error) {
+// putEntry puts a's queue entry, on its lease and with its value, into
+// its lock's queue, in one transaction of the given form (since is
+// putIfNoneSince's). The put hook sees it just before it is sent.
+func (a *attempt) putEntry(ctx context.Context, form int, since int64) (*clientv3.TxnResponse, error) {
+	qp, key := a.qp, a.key
 	if h := testHooks.Load(); h != nil && h.Put != nil {
 		h.Put(key)
 	}
-	t := d.cli.Txn(ctx)
+	t := a.d.cli.Txn(ctx)
 	switch form {
 	case putIfFree, putIfFreeElseFirst, putIfFreeElseQueue:
 		t = t.If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix())
@@ -43,7 +44,7 @@ func (d *driver) putEntry(ctx context.Context, form int, qp, key string, lease c
 		// it (and for none, when the range is empty).
 		t = t.If(clientv3.Compare(clientv3.CreateRevision(qp), "<", since+1).WithPrefix())
 	}
-	put := clientv3.OpPut(key, "", clientv3.WithLease(lease))
+	put := clientv3.OpPut(key, a.value, clientv3.WithLease(a.l.id))
 	if form == putAndRead {
 		return t.Then(put, readQueue(qp)).Commit()
 	}
