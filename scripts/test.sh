@@ -19,6 +19,13 @@ go test -race -count=1 -p 1 -timeout 15m ./... "$@"
 # end-to-end tests mostly wait for servers and TTLs: four run at once.
 echo "+ (cd cmd/lockctl && go vet ./... && go test -race -count=1 -parallel 4 ./...)" >&2
 (cd cmd/lockctl && go vet ./... && go test -race -count=1 -parallel 4 -timeout 10m ./...)
+# Integrations with other libraries are modules of their own too (their
+# dependencies stay out of the library's go.mod), tested against the
+# servers with real schedulers.
+for m in contrib/*/; do
+	echo "+ (cd $m && go vet ./... && go test -race -count=1 -parallel 8 ./...)" >&2
+	(cd "$m" && go vet ./... && go test -race -count=1 -parallel 8 -timeout 5m ./...)
+done
 # Benchmarks once each, briefly: they must keep working; the figures come
 # from make bench.
 echo "+ go test -run '^\$' -bench . -benchtime 20x ./..." >&2
