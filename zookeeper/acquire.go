@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -204,7 +203,7 @@ func (a *attempt) sendCreate(list bool) (ourNode, error) {
 	err := s.call(a.ctx, a.ep, func() error {
 		beforeCreate(prefix)
 		node.sent = time.Now()
-		p, err := s.conn.Create(prefix, nodeData, gozk.FlagEphemeralSequential, a.d.acl)
+		p, err := s.conn.Create(prefix, lockData(0, a.req.Value), gozk.FlagEphemeralSequential, a.d.acl)
 		node.path = p
 		return err
 	}, func(err error) { a.undoCreate(node.path, err) })
@@ -231,7 +230,7 @@ func (a *attempt) createOwn(c ownConn, list bool) (ourNode, error) {
 	undone := make(chan error, 1)
 	beforeCreate(prefix)
 	node := ourNode{sent: time.Now()}
-	cr, l, err := c.CreateAndList(st, prefix, nodeData, gozk.FlagEphemeralSequential, a.d.acl, behind, func(cr zkclient.Created, err error) {
+	cr, l, err := c.CreateAndList(st, prefix, lockData(0, a.req.Value), gozk.FlagEphemeralSequential, a.d.acl, behind, func(cr zkclient.Created, err error) {
 		a.undoCreate(cr.Path, err)
 		undone <- nil
 	})
@@ -525,7 +524,8 @@ func (a *attempt) listOwn(children *[]string, w *<-chan gozk.Event, watch bool, 
 // grant makes the lock of our node, which backend.Admit admitted.
 func (a *attempt) grant(start time.Time) (backend.Acquisition, error) {
 	s, ep, node := a.s, a.ep, a.node
-	h := &held{d: a.d, s: s, ep: ep, path: node.path, owner: node.owner, ttl: s.timeout, onLost: a.req.OnLost, op: make(chan struct{}, 1)}
+	h := &held{d: a.d, s: s, ep: ep, path: node.path, owner: node.owner, ttl: s.timeout, onLost: a.req.OnLost, op: make(chan struct{}, 1),
+		fence: node.czxid, value: a.req.Value}
 	if !s.register(h, ep) {
 		return backend.Acquisition{}, ep.err()
 	}
@@ -567,10 +567,11 @@ func (a *attempt) watchPred(pred string) error {
 // listing the queue again, one round trip sooner (a node alone in its
 // queue is admitted, whatever it claims), when all of these hold:
 //
-//   - pred carries nodeData, so its deletion is not a move (see nodeData),
-//     and the event is its deletion: nodes ahead of ours can go but never
-//     come, since a sequence number is never handed out twice in a key
-//     node, and the key node outlives our node in it;
+//   - pred's data is this library's (nodeData, and what lockData adds),
+//     so its deletion is not a move (see nodeData), and the event is its
+//     deletion: nodes ahead of ours can go but never come, since a
+//     sequence number is never handed out twice in a key node, and the
+//     key node outlives our node in it;
 //   - the data watch on our own node, set on the same connection no later
 //     than pred's, has not fired: events come in the order of the changes
 //     that fire them, so our node was still there when pred went (it goes
@@ -616,7 +617,7 @@ func (a *attempt) handover(c ownConn, pred string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	if ev.Type != gozk.EventNodeDeleted || !bytes.Equal(p.Data, nodeData) || fired(a.own) ||
+	if _, _, ours := parseLockData(p.Data); ev.Type != gozk.EventNodeDeleted || !ours || fired(a.own) ||
 		a.s.connects.Load() != conns || time.Since(sent) >= a.s.timeout/3 {
 		return time.Time{}, errAgain
 	}

@@ -1,6 +1,7 @@
 package zookeeper_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/distlock/locker/internal/benchkit"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/internal/zkclient"
+	"github.com/distlock/locker/zookeeper"
 )
 
 // BenchmarkUncontended compares one holder acquiring and releasing a free
@@ -91,4 +93,69 @@ func BenchmarkHandoff(b *testing.B) {
 			}, "k", locker.WithAutoRefresh(false))
 		})
 	}
+}
+
+// BenchmarkValue measures what values cost: Lock.SetValue against a bare
+// setData of a node ("rawset"), and Inspect of a key whose holder has a
+// 100-byte value against a bare listing and read of the holder's node,
+// without a sync ("rawinspect") and with the sync sent ahead of the
+// listing in the same write ("rawsyncinspect"), as Inspect does; all over
+// internal/zkclient's connection. The designs take turns
+// (benchkit.Interleave).
+func BenchmarkValue(b *testing.B) {
+	raw := testenv.Get(b, testenv.ZooKeeperURL)
+	hosts := testenv.Hosts(b, raw)
+	own, err := zkclient.Connect(context.Background(), zkclient.Config{Servers: hosts, SessionTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer own.Close()
+	l, err := benchkit.Warm(locker.Open(context.Background(), raw+"/"+uniq("bench-value")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	value := bytes.Repeat([]byte("v"), 100)
+	lk, err := l.Acquire(context.Background(), "k", locker.WithValue(value), locker.WithAutoRefresh(false), locker.WithTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	h, err := locker.Inspect(context.Background(), l, "k")
+	if err != nil {
+		b.Fatal(err)
+	}
+	node, parent := h.Detail["node"], h.Detail["key node"]
+	rawInspect := func(sync bool) func(context.Context) error {
+		return func(context.Context) error {
+			var children []string
+			var err error
+			if sync {
+				children, _, err = own.SyncChildrenStop(zkclient.Stop{}, parent)
+			} else {
+				children, _, err = own.Children(parent)
+			}
+			if err != nil {
+				return err
+			}
+			if len(children) != 1 {
+				return fmt.Errorf("queue %v, want the holder alone", children)
+			}
+			_, err = own.GetAll(zkclient.Stop{}, parent+"/"+children[0])
+			return err
+		}
+	}
+	benchkit.Interleave(b,
+		benchkit.Design{Name: "setvalue", Op: func(ctx context.Context) error { return lk.SetValue(ctx, value) }},
+		benchkit.Design{Name: "rawset", Op: func(context.Context) error {
+			_, err := own.Set(node, append([]byte(zookeeper.NodeData+"\n"), value...), -1)
+			return err
+		}},
+		benchkit.Design{Name: "inspect", Op: func(ctx context.Context) error {
+			_, err := locker.Inspect(ctx, l, "k")
+			return err
+		}},
+		benchkit.Design{Name: "rawinspect", Op: rawInspect(false)},
+		benchkit.Design{Name: "rawsyncinspect", Op: rawInspect(true)},
+	)
 }

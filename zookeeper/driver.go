@@ -54,6 +54,9 @@ type hooks struct {
 	checking     func(ttl time.Duration, n int) // a multi of n checks goes out over the session of ttl
 	moved        func(path string)              // a move's transaction returned, before its outcome is taken in
 	deleting     func(path string)              // the delete of a held lock's node was queued, on the goroutine that queued it
+	// observed: an observer of the key node parent sent a notice, having
+	// set its watches again after evs fired (or after a reconnect).
+	observed func(parent string, evs []gozk.Event, reconnected bool)
 }
 
 var testHooks atomic.Pointer[hooks]
@@ -67,6 +70,8 @@ type driver struct {
 	caps    backend.Capabilities
 	fixed   *session // with New: the user's session, the only one
 	done    chan struct{}
+	ctx     context.Context // ends with done: stops the driver's own requests (observers')
+	cancel  context.CancelFunc
 
 	mu       sync.Mutex
 	closed   bool
@@ -76,7 +81,9 @@ type driver struct {
 }
 
 func newDriver(log *slog.Logger) *driver {
-	return &driver{log: log, done: make(chan struct{}), sessions: map[time.Duration]*session{}, retired: map[*session]bool{}}
+	d := &driver{log: log, done: make(chan struct{}), sessions: map[time.Duration]*session{}, retired: map[*session]bool{}}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	return d
 }
 
 func (d *driver) newSession(key time.Duration, owned bool) *session {
@@ -197,6 +204,7 @@ func (d *driver) Close() error {
 	}
 	d.closed = true
 	close(d.done)
+	d.cancel()
 	var all []*session
 	for _, s := range d.sessions {
 		all = append(all, s)
@@ -247,7 +255,13 @@ type held struct {
 	d      *driver
 	path   string
 	onLost func(error)
-	op     chan struct{} // one round trip at a time: Refresh, TTL, Release
+	op     chan struct{} // one round trip at a time: Refresh, TTL, Release, SetValue
+	fence  int64         // the czxid of the node the grant found: the lock's fence
+
+	// What our node's data says besides nodeData (lockData), which a move
+	// writes again; h.op is held to read or change them.
+	moved bool   // a move made the node again: its data records the fence
+	value []byte // the value last sent, whether or not its reply came
 
 	mu    sync.Mutex
 	s     *session
@@ -461,13 +475,16 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 		return err
 	}
 	s1 := h.s // h.op is ours: only we change h.s
+	// The node made again records the fence, which its czxid no longer
+	// is, and keeps the value.
+	data := lockData(h.fence, h.value)
 	err = s2.call(ctx, ep2, func() error {
 		res, err := s2.conn.Multi(
 			// Announced first (see nodeData): the waiter behind sees a
 			// change of data, not a deletion.
-			&gozk.SetDataRequest{Path: h.path, Data: nodeData, Version: -1},
+			&gozk.SetDataRequest{Path: h.path, Data: data, Version: -1},
 			&gozk.DeleteRequest{Path: h.path, Version: -1},
-			&gozk.CreateRequest{Path: h.path, Data: nodeData, Acl: h.d.acl, Flags: gozk.FlagEphemeral},
+			&gozk.CreateRequest{Path: h.path, Data: data, Acl: h.d.acl, Flags: gozk.FlagEphemeral},
 		)
 		for _, r := range res {
 			if err == nil && r.Error != nil {
@@ -481,6 +498,7 @@ func (h *held) move(ctx context.Context, key time.Duration) error {
 	}
 	switch {
 	case err == nil:
+		h.moved = true
 	case errors.Is(err, gozk.ErrNoNode):
 		h.finish()
 		s2.unref()
@@ -552,6 +570,66 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 	ttl := h.ttl
 	h.mu.Unlock()
 	return ttl, nil
+}
+
+// SetValue implements backend.ValueSetter: it replaces our node's data
+// (lockData: nodeData, the fence if a move recorded it, and the value).
+// Our node's name carries our guid, so no other client's node has it,
+// and it is there only while our session holds it: the server, which
+// applies the write only to a node that exists, thus replaces the value
+// only while the lock is ours. A node that is gone, or a session that
+// ended, is ErrNotHeld. The write changes the node's data version and
+// nothing else: not its czxid (the fence), its place in the queue or its
+// session. It fires the data watches on the node: the waiter just behind
+// wakes and lists the queue again, and observers (Observe) see the new
+// value.
+//
+// A write whose reply was lost may or may not have been applied; a later
+// move (Refresh with another TTL) writes this value, as the one last
+// asked for.
+func (h *held) SetValue(ctx context.Context, value []byte) error {
+	if err := h.begin(ctx); err != nil {
+		return err
+	}
+	defer h.end()
+	s, ep, owner, err := h.state()
+	if err != nil {
+		return err
+	}
+	fence := int64(0)
+	if h.moved {
+		fence = h.fence
+	}
+	st, err := s.setData(ctx, ep, h.path, lockData(fence, value))
+	switch {
+	case err == nil:
+		h.value = value
+	case errors.Is(err, gozk.ErrNoNode), errors.Is(err, gozk.ErrSessionExpired):
+		// Our session's node is gone, or the session with it; a request
+		// sent again in a new session finds no node of ours.
+		h.finish()
+		return fmt.Errorf("%w: the lock node is gone: %w", backend.ErrNotHeld, err)
+	case notHeld(err, ep):
+		return fmt.Errorf("%w: %w", backend.ErrNotHeld, ep.err())
+	case ambiguous(err):
+		h.value = value
+		return err
+	default:
+		return err
+	}
+	switch {
+	case st.EphemeralOwner != owner:
+		// Not ours any more (a move between sessions that was
+		// interrupted), as check finds.
+		err := fmt.Errorf("%w: the lock node belongs to another session", backend.ErrNotHeld)
+		h.abandon(s, err)
+		return err
+	case ep.ended():
+		// Answered on a connection that was granted a shorter session,
+		// as check says.
+		return fmt.Errorf("%w: %w", backend.ErrNotHeld, ep.err())
+	}
+	return nil
 }
 
 // Release deletes our node: exactly it (its name carries our guid), never

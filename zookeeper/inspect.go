@@ -25,15 +25,21 @@ var _ backend.Inspector = (*driver)(nil)
 const inspectTTL = 10 * time.Second
 
 // Inspect implements backend.Inspector: the key node's children in queue
-// order (by sequence number), the holders being the front of the queue
-// that backend.Admit admits, as the waiters' own acquisitions judge it;
-// one, or each shared or permit holder. A holder's fence is its node's
-// czxid (its Lock.Fence, unless the holder changed its TTL since, which
-// makes its node again: the czxid is then the later one), its ephemeral
-// owner the session the lock lives in. The rest are waiters, in
-// Holder.Queue with their kind, limit and weight; Holder.Waiters counts
-// them. The TTL is the session's timeout, whose remaining part no client
-// can read: TTLKnown is false. Tokens are not stored on the server.
+// order (by sequence number), the holders being the front of the queue that
+// backend.Admit admits, as the waiters' own acquisitions judge it; one, or
+// each shared or permit holder. The listing goes behind a sync, so that it
+// sees every change committed before Inspect began, on whichever member of
+// an ensemble it is served: an Inspect after an Observe notice sees the
+// change the notice is for. A holder's fence is its Lock.Fence: its node's
+// czxid, or, in a node that a move (a change of TTL) made again, the fence
+// the move recorded in the node's data. Its value is the rest of the node's
+// data (see lockData; all of it, for a node of another client's). Its
+// ephemeral owner is the session the lock lives in. The holders' nodes are
+// read in one round trip per maxReads of them. The rest are waiters, in
+// Holder.Queue with their kind, limit and weight (their values are not
+// read); Holder.Waiters counts them. The TTL is the session's timeout,
+// whose remaining part no client can read: TTLKnown is false. Tokens are
+// not stored on the server.
 //
 // Detail: "key node", the key's node (which the server deletes when its
 // queue is empty); and for each holder (each Hold's Detail, the first
@@ -71,9 +77,10 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 	}
 	timeouts := d.sessionTimeouts(ctx, s, owners)
 	for _, n := range q.holders {
+		fence, fenced, value := n.fenceAndValue()
 		h.Holds = append(h.Holds, backend.Hold{
 			Kind: n.claim.Kind, Limit: n.claim.Limit, Weight: n.claim.Weight,
-			Fence: uint64(n.stat.Czxid), Fenced: true,
+			Fence: fence, Fenced: fenced, Value: value,
 			Detail: map[string]string{
 				"node":            q.parent + "/" + n.name,
 				"session":         "0x" + strconv.FormatInt(n.stat.EphemeralOwner, 16),
@@ -84,9 +91,26 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 	}
 	first := h.Holds[0]
 	h.Held = true
-	h.Fence, h.Fenced = first.Fence, true
+	h.Fence, h.Fenced, h.Value = first.Fence, first.Fenced, first.Value
 	maps.Copy(h.Detail, first.Detail)
 	return h, nil
+}
+
+// fenceAndValue reads a holder's fence and value from its node: the
+// fence its data records if a move made the node again (see lockData),
+// else its czxid; and the value from its data, all of it where the data
+// is not this library's (see parseLockData). A recorded fence is earlier
+// than the czxid of the node the move made; one that is not, nobody
+// wrote as this library does, and the fence is unknown.
+func (n heldNode) fenceAndValue() (fence uint64, fenced bool, value []byte) {
+	recorded, value, _ := parseLockData(n.data)
+	switch {
+	case recorded == 0:
+		return uint64(n.stat.Czxid), true, value
+	case recorded < n.stat.Czxid:
+		return uint64(recorded), true, value
+	}
+	return 0, false, value
 }
 
 // sessionTimeouts returns the timeout of each of the sessions ids, as
@@ -245,13 +269,16 @@ type queueState struct {
 	waiters []lockNode // in queue order
 }
 
-// heldNode is a holder's node and its Stat.
+// heldNode is a holder's node, its Stat and its data.
 type heldNode struct {
 	lockNode
 	stat *gozk.Stat
+	data []byte
 }
 
-// readQueue lists parent and reads the holders' Stats. When one of them
+// readQueue lists parent, behind a sync (so that it sees every change
+// committed before it began, whichever server it asks), and reads the
+// holders' nodes, maxReads at a time in one round trip. When one of them
 // goes between the two (released, or its session expired), the waiters
 // behind may hold the key by now, so it lists again; after maxAttempts
 // listings it reports the holders that were still there, unless none was.
@@ -259,7 +286,7 @@ func (s *session) readQueue(ctx context.Context, parent string) (queueState, err
 	q := queueState{parent: parent}
 	for try := 1; ; try++ {
 		ep := s.epoch()
-		children, err := s.children(ctx, ep, parent)
+		children, err := s.syncChildren(ctx, ep, parent)
 		if errors.Is(err, gozk.ErrNoNode) {
 			return q, nil
 		}
@@ -268,14 +295,18 @@ func (s *session) readQueue(ctx context.Context, parent string) (queueState, err
 		}
 		nodes := inQueueOrder(children)
 		n := admitted(nodes)
-		stats, err := s.stats(ctx, ep, parent, nodes[:n])
+		paths := make([]string, n)
+		for i, node := range nodes[:n] {
+			paths[i] = parent + "/" + node.name
+		}
+		got, err := s.getAll(ctx, ep, paths, false)
 		if err != nil {
-			return q, err
+			return q, fmt.Errorf("zookeeper: read the holders of %s: %w", parent, err)
 		}
 		q.holders, q.waiters = q.holders[:0], nodes[n:]
-		for i, st := range stats {
-			if st != nil {
-				q.holders = append(q.holders, heldNode{nodes[i], st})
+		for i, g := range got {
+			if g.Err == nil {
+				q.holders = append(q.holders, heldNode{nodes[i], g.Stat, g.Data})
 			}
 		}
 		switch {
@@ -287,45 +318,6 @@ func (s *session) readQueue(ctx context.Context, parent string) (queueState, err
 			return q, nil
 		}
 	}
-}
-
-// maxStats bounds the reads of holders' nodes that Inspect has in flight.
-const maxStats = 16
-
-// stats reads the Stat of each of nodes, children of parent, several at a
-// time; nil for a node that is gone.
-func (s *session) stats(ctx context.Context, ep *epoch, parent string, nodes []lockNode) ([]*gozk.Stat, error) {
-	out := make([]*gozk.Stat, len(nodes))
-	errs := make([]error, len(nodes))
-	slots := make(chan struct{}, maxStats)
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			path := parent + "/" + n.name
-			var st *gozk.Stat
-			errs[i] = s.call(ctx, ep, func() error {
-				ok, stat, err := s.conn.Exists(path)
-				if ok {
-					st = stat
-				}
-				return err
-			}, nil)
-			if errs[i] == nil {
-				out[i] = st
-			} else {
-				errs[i] = fmt.Errorf("zookeeper: read %s: %w", path, errs[i])
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
 
 // inspectSession returns a session to inspect keys with, with one

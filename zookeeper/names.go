@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/rand"
 	"encoding/hex"
@@ -134,13 +135,86 @@ func lockPrefix(parent, guid string) string {
 	return parent + "/" + protectedPrefix + guid + lockInfix
 }
 
-// nodeData is what this library writes into its lock nodes. It says that
-// the node announces a move (see held.move) by a change of its data before
-// the move deletes and re-creates it under the same name. So a waiter
-// watching such a node learns from a deletion alone that the node is gone
-// for good; one watching a node without it (written by an earlier version
-// of this library, or by another client) lists the queue to find out.
+// nodeData is what this library writes into its lock nodes, alone or at
+// the head of their data (see lockData). It says that the node announces
+// a move (see held.move) by a change of its data before the move deletes
+// and re-creates it under the same name. So a waiter watching such a node
+// learns from a deletion alone that the node is gone for good; one
+// watching a node without it (written by an earlier version of this
+// library, or by another client) lists the queue to find out.
 var nodeData = []byte("locker:1")
+
+// The parts that may follow nodeData in a lock node's data, in this
+// order, each at most once:
+//
+//	" " <fence, in decimal>   the lock's fence, in a node that a move made again
+//	"\n" <value>              the hold's value: every byte to the end
+//
+// A node that a move made again has the move's zxid as its czxid, not the
+// lock's fence, so the move writes the fence into it for Inspect. A lock
+// with no value that never moved has nodeData alone, as every earlier
+// version of this library wrote it.
+const (
+	fenceMark = ' '
+	valueMark = '\n'
+)
+
+// lockData is the data of a lock node: nodeData, then the fence a move
+// records (0: none) and the hold's value (empty: none).
+func lockData(fence int64, value []byte) []byte {
+	b := make([]byte, 0, len(nodeData)+21+len(value))
+	b = append(b, nodeData...)
+	if fence > 0 {
+		b = append(b, fenceMark)
+		b = strconv.AppendInt(b, fence, 10)
+	}
+	if len(value) > 0 {
+		b = append(b, valueMark)
+		b = append(b, value...)
+	}
+	return b
+}
+
+// valueOf returns a copy of v, nil when empty.
+func valueOf(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return bytes.Clone(v)
+}
+
+// parseLockData reads a lock node's data, as lockData wrote it: the fence
+// a move recorded (0: none) and the value (nil: none), and ours, whether
+// the data is this library's. Data that is not (it does not start with
+// nodeData, or what follows is not as lockData writes it) is another
+// client's: all of it is the value, as go-zookeeper's LockWithData stores
+// it, and no fence is recorded. The value is a copy.
+func parseLockData(data []byte) (fence int64, value []byte, ours bool) {
+	rest, ok := bytes.CutPrefix(data, nodeData)
+	if !ok {
+		return 0, valueOf(data), false
+	}
+	if len(rest) > 0 && rest[0] == fenceMark {
+		digits := rest[1:]
+		if i := bytes.IndexByte(digits, valueMark); i >= 0 {
+			digits = digits[:i]
+		}
+		f, err := strconv.ParseInt(string(digits), 10, 64)
+		if err != nil || f <= 0 || len(digits) == 0 || digits[0] == '0' || digits[0] == '+' {
+			return 0, valueOf(data), false
+		}
+		fence, rest = f, rest[1+len(digits):]
+	}
+	switch {
+	case len(rest) == 0:
+		return fence, nil, true
+	case rest[0] != valueMark:
+		return 0, valueOf(data), false
+	case len(rest) == 1:
+		return fence, nil, true
+	}
+	return fence, valueOf(rest[1:]), true
+}
 
 // lockNode is one parsed child of a key node.
 type lockNode struct {

@@ -150,3 +150,37 @@ func TestAdmitted(t *testing.T) {
 		}
 	}
 }
+
+// TestLockData: a lock node's data says the fence a move recorded and the
+// value, and reads back as written; data that is not as lockData writes
+// it is another client's, all of it a value, with no fence.
+func TestLockData(t *testing.T) {
+	for _, tc := range []struct {
+		fence int64
+		value string
+		data  string
+	}{
+		{0, "", "locker:1"},
+		{0, "v", "locker:1\nv"},
+		{0, "\n", "locker:1\n\n"},
+		{0, " 12\nx", "locker:1\n 12\nx"},
+		{4294967312, "", "locker:1 4294967312"},
+		{7, "host:1\x00\xff", "locker:1 7\nhost:1\x00\xff"},
+	} {
+		data := lockData(tc.fence, []byte(tc.value))
+		if string(data) != tc.data {
+			t.Errorf("lockData(%d, %q) = %q, want %q", tc.fence, tc.value, data, tc.data)
+		}
+		fence, value, ours := parseLockData(data)
+		if fence != tc.fence || string(value) != tc.value || !ours || (tc.value == "") != (value == nil) {
+			t.Errorf("parseLockData(%q) = %d, %q, %v; want %d, %q, ours", data, fence, value, ours, tc.fence, tc.value)
+		}
+	}
+	for _, data := range []string{"", "x", "locker:", "locker:2", "locker:1x", "locker:1 ", "locker:1 x", "locker:1 0", "locker:1 012",
+		"locker:1 -3", "locker:1 +3", "locker:1 3x", "locker:1 99999999999999999999", "locker:1 3 4"} {
+		fence, value, ours := parseLockData([]byte(data))
+		if ours || fence != 0 || string(value) != data || (data == "") != (value == nil) {
+			t.Errorf("parseLockData(%q) = %d, %q, %v; want another client's data: all of it the value, no fence", data, fence, value, ours)
+		}
+	}
+}

@@ -26,10 +26,13 @@ type conn interface {
 	CreateContainer(path string, data []byte, flags int32, acl []gozk.ACL) (string, error)
 	Delete(path string, version int32) error
 	Exists(path string) (bool, *gozk.Stat, error)
+	ExistsW(path string) (bool, *gozk.Stat, <-chan gozk.Event, error)
+	Get(path string) ([]byte, *gozk.Stat, error)
 	GetW(path string) ([]byte, *gozk.Stat, <-chan gozk.Event, error)
 	Multi(ops ...any) ([]gozk.MultiResponse, error)
 	Server() string
 	SessionID() int64
+	Set(path string, data []byte, version int32) (*gozk.Stat, error)
 	Sync(path string) (string, error)
 }
 
@@ -44,7 +47,12 @@ type ownConn interface {
 	ChildrenStop(st zkclient.Stop, path string) ([]string, *gozk.Stat, error)
 	ChildrenWStop(st zkclient.Stop, path string) ([]string, *gozk.Stat, <-chan gozk.Event, error)
 	GetWAll(st zkclient.Stop, paths ...string) ([]zkclient.Watched, error)
+	GetAll(st zkclient.Stop, paths ...string) ([]zkclient.Watched, error)
 	DeleteStop(st zkclient.Stop, path string, version int32) error
+	SetStop(st zkclient.Stop, path string, data []byte, version int32) (*gozk.Stat, error)
+	ExistsWStop(st zkclient.Stop, path string) (bool, *gozk.Stat, <-chan gozk.Event, error)
+	SyncChildrenStop(st zkclient.Stop, path string) ([]string, *gozk.Stat, error)
+	Unwatch(path string, ch <-chan gozk.Event)
 }
 
 var (
@@ -98,11 +106,12 @@ type session struct {
 	idle      *time.Timer // runs closeIdle; armed while refs is 0
 	closed    bool
 	cur       *epoch
-	id        int64            // the current epoch's session id; 0 until known
-	lostTimer *time.Timer      // ends the epoch if the connection stays down
-	helds     map[*held]*epoch // held locks, and the epoch each belongs to
-	done      chan struct{}    // closed by close
-	retired   error            // why the session takes no new locks; nil while it does
+	id        int64                    // the current epoch's session id; 0 until known
+	lostTimer *time.Timer              // ends the epoch if the connection stays down
+	helds     map[*held]*epoch         // held locks, and the epoch each belongs to
+	observers map[chan<- struct{}]bool // told of every reconnect (Observe)
+	done      chan struct{}            // closed by close
+	retired   error                    // why the session takes no new locks; nil while it does
 
 	// Deletions of nodes left behind, run by at most maxCleaners
 	// goroutines (retry).
@@ -207,6 +216,12 @@ func (s *session) change(ch zkclient.Change) {
 	case zkclient.StateConnected:
 		s.connects.Add(1)
 		ended, cause = s.grantedLocked(ch)
+		for o := range s.observers {
+			select {
+			case o <- struct{}{}:
+			default: // told already
+			}
+		}
 	case zkclient.StateDisconnected:
 		if s.id != 0 && s.lostTimer == nil && !s.closed {
 			cur := s.cur
@@ -321,6 +336,23 @@ func (s *session) register(h *held, ep *epoch) bool {
 func (s *session) unregister(h *held) {
 	s.mu.Lock()
 	delete(s.helds, h)
+	s.mu.Unlock()
+}
+
+// observe has ch told of every reconnect of s's connection (without
+// blocking: ch has room for one), until forgotten by unobserve.
+func (s *session) observe(ch chan<- struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.observers == nil {
+		s.observers = map[chan<- struct{}]bool{}
+	}
+	s.observers[ch] = true
+}
+
+func (s *session) unobserve(ch chan<- struct{}) {
+	s.mu.Lock()
+	delete(s.observers, ch)
 	s.mu.Unlock()
 }
 
@@ -494,6 +526,167 @@ func (s *session) delete(ctx context.Context, ep *epoch, path string) error {
 		return stopped(ctx, ep, c.DeleteStop(st, path, -1))
 	}
 	return s.call(ctx, ep, func() error { return s.conn.Delete(path, -1) }, nil)
+}
+
+// setData replaces the data of path, whatever its version, for ctx in
+// epoch ep, and returns the node's new Stat.
+func (s *session) setData(ctx context.Context, ep *epoch, path string, data []byte) (*gozk.Stat, error) {
+	if c, ok := s.conn.(ownConn); ok {
+		st, err := stop(ctx, ep)
+		if err != nil {
+			return nil, err
+		}
+		stat, err := c.SetStop(st, path, data, -1)
+		return stat, stopped(ctx, ep, err)
+	}
+	var stat *gozk.Stat
+	err := s.call(ctx, ep, func() error {
+		st, err := s.conn.Set(path, data, -1)
+		stat = st
+		return err
+	}, nil)
+	if err != nil {
+		return nil, err // fn may still be running, and writing stat
+	}
+	return stat, nil
+}
+
+// syncChildren lists path, for ctx in epoch ep, after a sync: the listing
+// sees every change the ensemble's leader committed before the sync
+// reached it, whichever member the connection is on. On one of the
+// Locker's own connections the two go in one write, and cost one round
+// trip.
+func (s *session) syncChildren(ctx context.Context, ep *epoch, path string) ([]string, error) {
+	if c, ok := s.conn.(ownConn); ok {
+		st, err := stop(ctx, ep)
+		if err != nil {
+			return nil, err
+		}
+		children, _, err := c.SyncChildrenStop(st, path)
+		return children, stopped(ctx, ep, err)
+	}
+	if err := s.call(ctx, ep, func() error {
+		_, err := s.conn.Sync(path)
+		return err
+	}, nil); err != nil {
+		return nil, err
+	}
+	return s.children(ctx, ep, path)
+}
+
+// existsW sets a watch on path, for ctx in epoch ep, and reports whether
+// the node exists: if it does not, the watch fires when it is created.
+func (s *session) existsW(ctx context.Context, ep *epoch, path string) (bool, <-chan gozk.Event, error) {
+	if c, ok := s.conn.(ownConn); ok {
+		st, err := stop(ctx, ep)
+		if err != nil {
+			return false, nil, err
+		}
+		ok, _, watch, err := c.ExistsWStop(st, path)
+		return ok, watch, stopped(ctx, ep, err)
+	}
+	var exists bool
+	var watch <-chan gozk.Event
+	err := s.call(ctx, ep, func() error {
+		ok, _, w, err := s.conn.ExistsW(path)
+		exists, watch = ok, w
+		return err
+	}, nil)
+	if err != nil {
+		return false, nil, err // fn may still be running, and writing watch
+	}
+	return exists, watch, nil
+}
+
+// unwatch takes the watch ch on path out of the connection's watches,
+// when the caller no longer waits for it. go-zookeeper's connection
+// cannot: there the watch stays until it fires (a change of its node, or
+// the session's end), its event reaching no one.
+func (s *session) unwatch(path string, ch <-chan gozk.Event) {
+	if c, ok := s.conn.(ownConn); ok && ch != nil {
+		c.Unwatch(path, ch)
+	}
+}
+
+// maxReads bounds the reads of nodes' data (getAll) that one call has in
+// flight: pipelined in one write on the Locker's own connections, each
+// on a goroutine of its own on an application's.
+const maxReads = 16
+
+// getAll reads the data and Stat of each of paths, for ctx in epoch ep,
+// with a data watch on each if watch, maxReads at a time. A node that is
+// gone is reported in its Watched (ErrNoNode); any other failure is
+// getAll's error.
+func (s *session) getAll(ctx context.Context, ep *epoch, paths []string, watch bool) ([]zkclient.Watched, error) {
+	out := make([]zkclient.Watched, 0, len(paths))
+	c, own := s.conn.(ownConn)
+	for len(paths) > 0 {
+		chunk := paths[:min(maxReads, len(paths))]
+		paths = paths[len(chunk):]
+		var got []zkclient.Watched
+		var err error
+		if own {
+			got, err = s.getOwn(ctx, ep, c, chunk, watch)
+		} else {
+			got, err = s.getEach(ctx, ep, chunk, watch)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// getOwn is getAll of at most maxReads paths on one of the Locker's own
+// connections, in one write.
+func (s *session) getOwn(ctx context.Context, ep *epoch, c ownConn, paths []string, watch bool) ([]zkclient.Watched, error) {
+	st, err := stop(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	var got []zkclient.Watched
+	if watch {
+		got, err = c.GetWAll(st, paths...)
+	} else {
+		got, err = c.GetAll(st, paths...)
+	}
+	return got, stopped(ctx, ep, err)
+}
+
+// getEach is getAll of at most maxReads paths on an application's
+// connection, each read on a goroutine of its own.
+func (s *session) getEach(ctx context.Context, ep *epoch, paths []string, watch bool) ([]zkclient.Watched, error) {
+	out := make([]zkclient.Watched, len(paths))
+	errs := make([]error, len(paths))
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Go(func() {
+			var w zkclient.Watched
+			errs[i] = s.call(ctx, ep, func() error {
+				var err error
+				if watch {
+					w.Data, w.Stat, w.Event, err = s.conn.GetW(p)
+				} else {
+					w.Data, w.Stat, err = s.conn.Get(p)
+				}
+				return err
+			}, nil)
+			switch {
+			case errors.Is(errs[i], gozk.ErrNoNode):
+				out[i].Err, errs[i] = errs[i], nil
+			case errs[i] == nil:
+				out[i] = w
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", paths[i], err)
+		}
+	}
+	return out, nil
 }
 
 // awaitUndo waits, within cleanupTimeout, until an abandoned request was

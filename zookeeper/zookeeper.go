@@ -106,6 +106,13 @@ func New(c *gozk.Conn, opts *Options) (locker.Locker, error) {
 	return locker.New(d, &cfg), nil
 }
 
+// maxValueLen is the longest value a hold carries in its node's data:
+// 64 KiB, well within the 1 MiB that a server's jute.maxbuffer allows a
+// request by default (a move sends the value twice in one transaction),
+// and small enough that an Inspect reading many holders, or a server
+// keeping many such nodes in memory, stays cheap.
+const maxValueLen = 64 << 10
+
 // capabilities are what a driver over servers with session range r
 // guarantees.
 func capabilities(r sessionRange, lossSignal bool) backend.Capabilities {
@@ -117,6 +124,7 @@ func capabilities(r sessionRange, lossSignal bool) backend.Capabilities {
 		Permits:       true,
 		WakeOnRelease: true,
 		LossSignal:    lossSignal,
+		MaxValueLen:   maxValueLen,
 		MinTTL:        r.min,
 		MaxTTL:        r.max,
 		// The leader expires sessions in rounds, once per tick: up to a

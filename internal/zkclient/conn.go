@@ -175,11 +175,18 @@ type Conn struct {
 	pending  queue
 	authWait []chan error // AddAuth callers awaiting a reply, in order; nil for a resend
 
+	// The session's watches, by path. The connection's goroutine sets,
+	// fires and sets them again; Unwatch, on a caller's goroutine, takes
+	// one out: wlk guards the maps, and is taken after wmu and pmu, never
+	// before.
+	wlk      sync.Mutex
+	watches  map[string][]chan gozk.Event // data watches
+	children map[string][]chan gozk.Event // child watches
+	exists   map[string][]chan gozk.Event // exists watches: on a node that did not exist
+
 	// run's own: the connection's goroutine alone uses them.
 	passwd   []byte
 	lastZxid int64
-	watches  map[string][]chan gozk.Event // data watches, by path
-	children map[string][]chan gozk.Event // child watches, by path
 	curSrv   string
 	// rtt is the slowest round trip the latest connection showed: its
 	// handshake's, or the silence that ended it. unanswered counts the
@@ -221,6 +228,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		first:    make(chan struct{}),
 		watches:  map[string][]chan gozk.Event{},
 		children: map[string][]chan gozk.Event{},
+		exists:   map[string][]chan gozk.Event{},
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -457,7 +465,7 @@ func (c *Conn) adopt(server string, resp connectResponse) {
 	c.granted.Store(int64(granted))
 	c.server.Store(&server)
 	c.curSrv = server
-	if old != resp.session && len(c.watches)+len(c.children) > 0 {
+	if old != resp.session {
 		c.endWatches(gozk.ErrSessionExpired, gozk.StateExpired)
 	}
 	c.log.Debug("zk: connected", "server", server, "session", fmt.Sprintf("%#x", resp.session), "timeout", granted, "resumed", old == resp.session)
@@ -543,23 +551,26 @@ func (c *Conn) handshake(nc net.Conn, deadline time.Time) (*frameReader, connect
 	return fr, resp, nil
 }
 
-// encodeSetWatches appends the packets that set the session's data and
-// child watches on a new connection. The server fires at once those whose
-// node changed after the last zxid this client saw.
+// encodeSetWatches appends the packets that set the session's data,
+// exists and child watches on a new connection. The server fires at once
+// those whose node changed after the last zxid this client saw (an exists
+// watch, those whose node exists now).
 func (c *Conn) encodeSetWatches(e *encoder) {
-	if len(c.watches)+len(c.children) == 0 {
+	c.wlk.Lock()
+	defer c.wlk.Unlock()
+	if len(c.watches)+len(c.children)+len(c.exists) == 0 {
 		return
 	}
-	var data, child []string
+	var data, exist, child []string
 	size := 0
 	flush := func() {
 		at := e.begin(xidSetWatches, opSetWatches)
 		e.int64(c.lastZxid)
 		e.strings(data)
-		e.strings(nil) // exists watches
+		e.strings(exist)
 		e.strings(child)
 		e.end(at)
-		data, child, size = data[:0], child[:0], 0
+		data, exist, child, size = data[:0], exist[:0], child[:0], 0
 	}
 	add := func(batch *[]string, p string) {
 		if size+4+len(p) > maxSetWatches && size > 0 {
@@ -570,6 +581,9 @@ func (c *Conn) encodeSetWatches(e *encoder) {
 	}
 	for p := range c.watches {
 		add(&data, p)
+	}
+	for p := range c.exists {
+		add(&exist, p)
 	}
 	for p := range c.children {
 		add(&child, p)
@@ -730,25 +744,41 @@ func (c *Conn) reply(xid int32, zxid int64, code int32, d *decoder) error {
 	if zxid > c.lastZxid {
 		c.lastZxid = zxid
 	}
-	if err == nil && r.watch != nil {
-		ws := c.watches
-		if r.op == opGetChildren2 {
-			ws = c.children
-		}
-		ws[r.watchPath] = append(ws[r.watchPath], r.watch)
+	if r.watch != nil {
+		c.setWatch(r, err)
 	}
 	r.complete(err)
 	return nil
+}
+
+// setWatch records the watch a request set, if its reply says the server
+// set it: a read's on success; an exists request's also on ErrNoNode,
+// which the server answers with a watch for the node's creation.
+func (c *Conn) setWatch(r *request, err error) {
+	var ws map[string][]chan gozk.Event
+	switch {
+	case err == nil && r.op == opGetChildren2:
+		ws = c.children
+	case err == nil:
+		ws = c.watches // an exists watch on a node that exists is a data watch
+	case r.op == opExists && errors.Is(err, gozk.ErrNoNode):
+		ws = c.exists
+	default:
+		return
+	}
+	c.wlk.Lock()
+	ws[r.watchPath] = append(ws[r.watchPath], r.watch)
+	c.wlk.Unlock()
 }
 
 // errMalformed is the outcome of a request whose reply did not decode:
 // unknown, as for a reply lost with the connection.
 var errMalformed = fmt.Errorf("%w: %w", gozk.ErrConnectionClosed, ErrProtocol)
 
-// notification delivers a watch event to the watches it fires: a change
-// of data fires the data watches on its path, a child created or deleted
-// the child watches, and a deletion both (the server sends one event for
-// the two).
+// notification delivers a watch event to the watches it fires, as the
+// Java client does: a node created, deleted or changed fires the data and
+// exists watches on its path; a child created or deleted the child
+// watches; and a deletion both (the server sends one event for the two).
 func (c *Conn) notification(d *decoder) error {
 	typ := d.int32()
 	state := d.int32()
@@ -757,8 +787,11 @@ func (c *Conn) notification(d *decoder) error {
 		return d.err
 	}
 	ev := gozk.Event{Type: gozk.EventType(typ), State: gozk.State(state), Path: path, Server: c.curSrv}
-	if typ == evNodeDeleted || typ == evNodeDataChanged {
+	c.wlk.Lock()
+	defer c.wlk.Unlock()
+	if typ == evNodeCreated || typ == evNodeDeleted || typ == evNodeDataChanged {
 		fire(c.watches, ev)
+		fire(c.exists, ev)
 	}
 	if typ == evNodeDeleted || typ == evNodeChildrenChanged {
 		fire(c.children, ev)
@@ -767,7 +800,8 @@ func (c *Conn) notification(d *decoder) error {
 }
 
 // fire sends ev to the watches of ws on its path, which it removes: a
-// watch fires once.
+// watch fires once. Its channel has room for the one event. c.wlk is
+// held.
 func fire(ws map[string][]chan gozk.Event, ev gozk.Event) {
 	for _, w := range ws[ev.Path] {
 		w <- ev
@@ -777,7 +811,9 @@ func fire(ws map[string][]chan gozk.Event, ev gozk.Event) {
 
 // endWatches tells every watch that it will not fire.
 func (c *Conn) endWatches(err error, state gozk.State) {
-	for _, ws := range []map[string][]chan gozk.Event{c.watches, c.children} {
+	c.wlk.Lock()
+	defer c.wlk.Unlock()
+	for _, ws := range []map[string][]chan gozk.Event{c.watches, c.children, c.exists} {
 		for p, chs := range ws {
 			for _, w := range chs {
 				w <- gozk.Event{Type: gozk.EventNotWatching, State: state, Path: p, Err: err, Server: c.curSrv}

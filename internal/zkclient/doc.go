@@ -22,23 +22,24 @@
 //     backend's creates are create2 requests (opcode 15), whose reply
 //     carries the new node's Stat.
 //   - Requests pipelined on the connection: a listing sent in the same
-//     write as the create it follows (CreateAndList), several data
-//     watches in one round trip (GetWAll).
+//     write as the create it follows (CreateAndList) or the sync it
+//     follows (SyncChildrenStop), several reads or data watches in one
+//     round trip (GetAll, GetWAll).
 //   - Requests a caller can stop waiting for, when its context or its
 //     session epoch ends (Stop), without a goroutine per request.
 //   - No data race across a reconnect: go-zookeeper's connection loop
 //     reads the last zxid seen, to set watches again, while the new
 //     connection's receive loop may be writing it from a reply (upstream
 //     pull request 35, not in a release). Here the connection's goroutine
-//     alone reads replies, keeps the last zxid and the watches, and sets
-//     the watches again before any queued request goes out.
+//     alone reads replies, keeps the last zxid, sets and fires the
+//     watches, and sets them again before any queued request goes out.
 //
 // # How it works
 //
 // A Conn is one goroutine per session. It dials a server (the list
 // shuffled, then in turn), opens or resumes the session, reports the grant
 // (OnChange), and opens the connection to requests: credentials first,
-// then SetWatches for the session's data and child watches (from the last
+// then SetWatches for every watch of the session's (from the last
 // zxid seen, so that the server fires at once those whose node changed
 // meanwhile), then whatever waited for a connection, in one write. It then
 // reads the connection until it fails, pinging the server when nothing was
@@ -72,14 +73,22 @@
 // or its deletion, and outlives a dropped connection; so does a child
 // watch (ChildrenW), on a child created or deleted, or the node's
 // deletion: the backend's semaphore waiters wait with one for any holder
-// to leave. When the session expires or the Conn is closed, the watch gets
+// to leave, and its observers of a key for any change of the queue. An
+// exists watch (ExistsW) on a node that does not exist fires when it is
+// created: an observer of a key whose node is not there yet waits with
+// one. When the session expires or the Conn is closed, the watch gets
 // EventNotWatching instead. After an expiry the Conn opens a new session
 // by itself (StateExpired, then StateConnected with another session id).
+// Unwatch takes a watch its caller no longer waits for out of the
+// session's, so that a watch on a node that never changes does not stay
+// in memory for the session's life; ZooKeeper's removeWatches request is
+// left out, and the server's watch goes when it fires or when the
+// connection drops (the watches set again on the next are the Conn's).
 //
 // Bytes from the server are decoded with every length checked against
 // what is left of the packet: a malformed reply or packet ends the
 // connection (ErrProtocol), never the process (FuzzDispatch).
 //
 // Left out, as the backend does not use them: read-only sessions, chroot,
-// SASL, exists watches, persistent watches, TTL nodes, reconfig.
+// SASL, persistent watches, removeWatches, TTL nodes, reconfig.
 package zkclient

@@ -77,6 +77,11 @@ func fuzzSeeds() [][]byte {
 		e.int32(3)
 		e.string("/c")
 	})...)
+	notify = append(notify, reply(xidNotification, -1, 0, func(e *encoder) {
+		e.int32(evNodeCreated)
+		e.int32(3)
+		e.string("/e")
+	})...)
 	ping := reply(xidPing, 5, 0, nil)
 	errReply := reply(1, 9, -101, nil)
 	return [][]byte{all, append(append(ping, notify...), errReply...), ping, {0, 0, 0, 1, 9}, {0xff, 0xff, 0xff, 0xff}}
@@ -86,13 +91,13 @@ func fuzzSeeds() [][]byte {
 // awaiting a reply to each kind of request: no input panics it, every
 // request gets exactly one outcome (the rest failing as a dropped
 // connection fails them), and a watch, data or child, is set only by a
-// successful read.
+// successful read; an exists watch also by ErrNoNode.
 func FuzzDispatch(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		c := &Conn{watches: map[string][]chan gozk.Event{}, children: map[string][]chan gozk.Event{}, log: discard()}
+		c := &Conn{watches: map[string][]chan gozk.Event{}, children: map[string][]chan gozk.Event{}, exists: map[string][]chan gozk.Event{}, log: discard()}
 		var rs []*request
 		for i, op := range fuzzOps {
 			r := &request{op: op, xid: int32(i + 1), done: make(chan struct{})}
@@ -101,6 +106,8 @@ func FuzzDispatch(f *testing.F) {
 				r.watchPath, r.watch = "/a", make(chan gozk.Event, 1)
 			case opGetChildren2:
 				r.watchPath, r.watch = "/c", make(chan gozk.Event, 1)
+			case opExists:
+				r.watchPath, r.watch = "/e", make(chan gozk.Event, 1)
 			}
 			c.pending.push(r)
 			rs = append(rs, r)
@@ -125,9 +132,14 @@ func FuzzDispatch(f *testing.F) {
 				t.Fatalf("request %d (op %d) has no outcome", r.xid, r.op)
 			}
 			if r.watch != nil {
-				ws := map[opcode]map[string][]chan gozk.Event{opGetData: c.watches, opGetChildren2: c.children}[r.op]
+				ws := map[opcode]map[string][]chan gozk.Event{opGetData: c.watches, opGetChildren2: c.children, opExists: c.watches}[r.op]
+				want := r.err == nil
+				if r.op == opExists && errors.Is(r.err, gozk.ErrNoNode) {
+					// Watching for the node's creation.
+					ws, want = c.exists, true
+				}
 				set := len(ws[r.watchPath]) > 0 || len(r.watch) > 0
-				if set != (r.err == nil) {
+				if set != want {
 					t.Fatalf("op %d's outcome %v, watch set %v", r.op, r.err, set)
 				}
 			}

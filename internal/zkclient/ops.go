@@ -399,17 +399,44 @@ func (c *Conn) DeleteStop(st Stop, path string, version int32) error {
 
 // Exists reports whether path exists, and its Stat if it does.
 func (c *Conn) Exists(path string) (bool, *gozk.Stat, error) {
-	r, err := pathRequest(opExists, path, func(e *encoder) { e.bool(false) })
+	ok, st, _, err := c.exist(Stop{}, path, false)
+	return ok, st, err
+}
+
+// ExistsW is Exists with a watch on path, set whether or not the node
+// exists: the channel gets one event, when a missing node is created
+// (EventNodeCreated), or when a node that exists changes its data or is
+// deleted, as GetW's does; or EventNotWatching when the session ends.
+// It outlives a dropped connection, as GetW's does.
+func (c *Conn) ExistsW(path string) (bool, *gozk.Stat, <-chan gozk.Event, error) {
+	return c.ExistsWStop(Stop{}, path)
+}
+
+// ExistsWStop is ExistsW, stopped by st. A watch whose request was
+// stopped is still set once its reply comes.
+func (c *Conn) ExistsWStop(st Stop, path string) (bool, *gozk.Stat, <-chan gozk.Event, error) {
+	return c.exist(st, path, true)
+}
+
+func (c *Conn) exist(st Stop, path string, watch bool) (bool, *gozk.Stat, <-chan gozk.Event, error) {
+	r, err := pathRequest(opExists, path, func(e *encoder) { e.bool(watch) })
 	if err != nil {
-		return false, nil, err
+		return false, nil, nil, err
 	}
-	switch err := c.do(r); {
-	case errors.Is(err, gozk.ErrNoNode):
-		return false, nil, nil
-	case err != nil:
-		return false, nil, err
+	if watch {
+		r.watchPath, r.watch = path, make(chan gozk.Event, 1)
 	}
-	return true, &r.stat, nil
+	c.send(r)
+	if !r.wait(st) {
+		return false, nil, nil, ErrStopped
+	}
+	switch {
+	case errors.Is(r.err, gozk.ErrNoNode):
+		return false, nil, r.watch, nil
+	case r.err != nil:
+		return false, nil, nil, r.err
+	}
+	return true, &r.stat, r.watch, nil
 }
 
 // Get returns the data and Stat of path.
@@ -461,13 +488,29 @@ type Watched struct {
 // (ErrNoNode); any other failure is GetWAll's error. A watch whose
 // request was stopped is still set once its reply comes.
 func (c *Conn) GetWAll(st Stop, paths ...string) ([]Watched, error) {
+	return c.getAll(st, true, paths)
+}
+
+// GetAll is Get on each of paths, the requests sent in one write, so that
+// all the reads cost one round trip: GetWAll without the watches (each
+// Watched's Event is nil).
+func (c *Conn) GetAll(st Stop, paths ...string) ([]Watched, error) {
+	return c.getAll(st, false, paths)
+}
+
+func (c *Conn) getAll(st Stop, watch bool, paths []string) ([]Watched, error) {
+	if len(paths) == 0 {
+		return nil, nil
+	}
 	rs := make([]*request, len(paths))
 	for i, p := range paths {
-		r, err := pathRequest(opGetData, p, func(e *encoder) { e.bool(true) })
+		r, err := pathRequest(opGetData, p, func(e *encoder) { e.bool(watch) })
 		if err != nil {
 			return nil, err
 		}
-		r.watchPath, r.watch = p, make(chan gozk.Event, 1)
+		if watch {
+			r.watchPath, r.watch = p, make(chan gozk.Event, 1)
+		}
 		rs[i] = r
 	}
 	c.send(rs...)
@@ -498,6 +541,85 @@ func (c *Conn) Sync(path string) (string, error) {
 		return "", err
 	}
 	return r.path, nil
+}
+
+// SyncChildrenStop lists the children of path, as ChildrenStop does,
+// behind a sync of path sent in the same write: the server answers a
+// session's requests in order, so the listing sees every change the
+// leader had committed when the sync reached it, whichever member of the
+// ensemble the connection is on, for the cost of one round trip (and the
+// member's to the leader).
+func (c *Conn) SyncChildrenStop(st Stop, path string) ([]string, *gozk.Stat, error) {
+	sr, err := pathRequest(opSync, path, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	lr, err := newChildren(path, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.send(sr, lr)
+	if !sr.wait(st) || !lr.wait(st) {
+		return nil, nil, ErrStopped
+	}
+	if sr.err != nil {
+		return nil, nil, sr.err
+	}
+	if lr.err != nil {
+		return nil, nil, lr.err
+	}
+	return lr.children, &lr.stat, nil
+}
+
+// Set replaces the data of path if its version is version (-1: any), and
+// returns the node's new Stat.
+func (c *Conn) Set(path string, data []byte, version int32) (*gozk.Stat, error) {
+	return c.SetStop(Stop{}, path, data, version)
+}
+
+// SetStop is Set, stopped by st.
+func (c *Conn) SetStop(st Stop, path string, data []byte, version int32) (*gozk.Stat, error) {
+	r, err := pathRequest(opSetData, path, func(e *encoder) {
+		e.buffer(data)
+		e.int32(version)
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.send(r)
+	if !r.wait(st) {
+		return nil, ErrStopped
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return &r.stat, nil
+}
+
+// Unwatch takes the watch ch, set on path by one of this Conn's requests,
+// out of the session's watches: it gets no event from now on, and is not
+// set again on a reconnect. The server keeps its watch on path (one per
+// path and kind, whatever the number of the Conn's) until it fires, its
+// event then reaching no one, or until the connection drops: the next one
+// sets again only the watches the Conn still has. Unwatch of a watch that
+// fired, or of one not set, does nothing.
+func (c *Conn) Unwatch(path string, ch <-chan gozk.Event) {
+	c.wlk.Lock()
+	defer c.wlk.Unlock()
+	for _, ws := range []map[string][]chan gozk.Event{c.watches, c.children, c.exists} {
+		chs := ws[path]
+		for i, w := range chs {
+			if w == ch {
+				chs = append(chs[:i], chs[i+1:]...)
+				if len(chs) == 0 {
+					delete(ws, path)
+				} else {
+					ws[path] = chs
+				}
+				return
+			}
+		}
+	}
 }
 
 // Multi applies ops, all or none, in one transaction. An op is one of
