@@ -64,7 +64,7 @@ $XDG_CONFIG_HOME/lockctl/config.yaml, else ~/.config/lockctl/config.yaml:
       url: redis://127.0.0.1:6379
     prod:
       url: etcd://user:secret@10.0.0.1:2379,10.0.0.2:2379/locks
-      ttl: 1m               # TTL of the locks "lockctl run" takes (optional)
+      ttl: 1m               # TTL of what "lockctl run" and "elect" take (optional)
 
 A profile's ttl applies when the profile is in use: named with --profile,
 or the default one whose url was chosen. Passwords in URLs are shown as
@@ -83,6 +83,10 @@ func newRootCmd(a *app) *cobra.Command {
 
   # Run a nightly job on at most one machine at a time:
   lockctl run --url redis://10.0.0.5:6379 --no-wait jobs/nightly -- ./nightly.sh
+
+  # One scheduler leads, the others stand by; who leads:
+  lockctl elect --url etcd://10.0.0.1:2379 --value "$(hostname)" cron/scheduler -- ./scheduler
+  lockctl leader --url etcd://10.0.0.1:2379 cron/scheduler
 
   # The same, with the URL in the environment or in a profile:
   LOCKER_URL=etcd://10.0.0.1:2379 lockctl run jobs/nightly -- ./nightly.sh

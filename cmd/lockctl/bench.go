@@ -16,7 +16,10 @@ import (
 	"github.com/distlock/locker/cmd/lockctl/internal/bench"
 )
 
-func init() { addCommand(newBenchCmd) }
+func init() {
+	addCommand(newBenchCmd)
+	addCommand(newBenchCampaignerCmd)
+}
 
 // benchCmd is one `lockctl bench`.
 type benchCmd struct {
@@ -32,6 +35,7 @@ type benchCmd struct {
 	out       string
 
 	recoveryRounds int
+	failoverRounds int
 	readers        int
 	writeEvery     time.Duration
 	permits        int
@@ -63,6 +67,14 @@ Scenarios (--scenario, default all):
   recovery     a holder process ("lockctl run") killed with SIGKILL while a
                waiter waits: the time until the waiter holds the lock,
                against TTL + ExpirySlack + one round trip
+  failover     three campaigner processes ("lockctl bench-campaigner") contend
+               for one election; the leader is killed with SIGKILL and the
+               time until another leads is measured (p50, p90, slowest), a
+               leader killed per round (--failover-rounds): the Locker's
+               Election against etcd's concurrency.Election on etcd and an
+               election on go-zookeeper's zk.Lock on ZooKeeper, all with the
+               recovery scenario's TTL (2s, or the backend's smallest), which
+               the report shows beside the figures
   read-write   --readers clients stream read locks on one key while a writer
                asks for the write lock every --write-every: the readers'
                rate, the writer's p50/p99 and longest wait, and the writes
@@ -105,6 +117,7 @@ lockctl-bench/<random>/, so a run is safe on a shared deployment.`,
 	f.IntVar(&b.heldLocks, "held-locks", 10000, "locks held at once in the held-locks scenario (100000 for the scale target)")
 	f.DurationVar(&b.heldTTL, "held-ttl", 3*time.Second, "TTL of the locks of the held-locks scenario, held for two of them")
 	f.IntVar(&b.recoveryRounds, "recovery-rounds", 3, "holders the recovery scenario kills per deployment")
+	f.IntVar(&b.failoverRounds, "failover-rounds", 3, "leaders the failover scenario kills per deployment and election design")
 	f.IntVar(&b.readers, "readers", bench.DefaultReaders, "clients streaming read locks in the read-write scenario")
 	f.DurationVar(&b.writeEvery, "write-every", bench.DefaultWriteEvery, "the read-write scenario's writer's pause between write locks")
 	f.IntVar(&b.permits, "permits", bench.DefaultPermits, "the semaphore scenario's permits (twice as many clients contend)")
@@ -113,7 +126,7 @@ lockctl-bench/<random>/, so a run is safe on a shared deployment.`,
 }
 
 func (b *benchCmd) settings() (bench.Settings, error) {
-	s := bench.Settings{Scenarios: b.scenarios, Duration: b.duration, Clients: b.clients, Waiters: b.waiters, RTT: b.rtt, HeldLocks: b.heldLocks, HeldTTL: b.heldTTL, RecoveryRounds: b.recoveryRounds,
+	s := bench.Settings{Scenarios: b.scenarios, Duration: b.duration, Clients: b.clients, Waiters: b.waiters, RTT: b.rtt, HeldLocks: b.heldLocks, HeldTTL: b.heldTTL, RecoveryRounds: b.recoveryRounds, FailoverRounds: b.failoverRounds,
 		Readers: b.readers, WriteEvery: b.writeEvery, Permits: b.permits}
 	for _, sc := range s.Scenarios {
 		if !bench.ValidScenario(sc) {
@@ -129,6 +142,8 @@ func (b *benchCmd) settings() (bench.Settings, error) {
 		return s, fmt.Errorf("--held-locks %d: want a positive count", s.HeldLocks)
 	case s.RecoveryRounds <= 0:
 		return s, fmt.Errorf("--recovery-rounds %d: want a positive count", s.RecoveryRounds)
+	case s.FailoverRounds <= 0:
+		return s, fmt.Errorf("--failover-rounds %d: want a positive count", s.FailoverRounds)
 	case s.HeldTTL <= 0:
 		return s, fmt.Errorf("--held-ttl %v: want a positive duration", s.HeldTTL)
 	case s.Readers <= 0 || s.Readers > 10000:
@@ -165,7 +180,7 @@ func (b *benchCmd) run(ctx context.Context, c *cobra.Command) error {
 		}
 	}
 	rep, err := bench.Run(ctx, bench.Options{
-		URLs: urls, Settings: s, Command: commandLine(c), Holder: holderCommand,
+		URLs: urls, Settings: s, Command: commandLine(c), Holder: holderCommand, Campaigner: campaignerCommand,
 		Progress: func(p bench.Progress) { fmt.Fprintln(b.app.stderr, p) },
 		Announce: func(s string) { fmt.Fprintln(b.app.stderr, s) },
 	})
@@ -193,6 +208,55 @@ func holderCommand(url, key string, ttl time.Duration) *exec.Cmd {
 	// Only the URL given: no profile or $LOCKER_URL of the user's.
 	cmd.Env = append(os.Environ(), "LOCKER_URL=")
 	return cmd
+}
+
+// campaignerCommand is a campaigner of the failover scenario: this very
+// lockctl, running "lockctl bench-campaigner".
+func campaignerCommand(design, url, name string, ttl time.Duration) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	cmd := exec.Command(exe, "bench-campaigner", "--design", design, "--url", url, "--ttl", ttl.String(), name)
+	cmd.Env = append(os.Environ(), "LOCKER_URL=")
+	return cmd
+}
+
+func newBenchCampaignerCmd(a *app) *cobra.Command {
+	var (
+		design string
+		ttl    time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "bench-campaigner --design DESIGN --url URL --ttl D NAME",
+		Short: "A campaigner process of lockctl bench's failover scenario",
+		Long: `bench-campaigner is the process lockctl bench's failover scenario starts,
+three at a time, and kills when it leads: it campaigns for NAME as DESIGN
+(locker, concurrency.Election, zk.Lock) and writes "campaigning", then
+"leading" once it leads, on standard output; it resigns and exits when its
+standard input ends. It is not meant to be run by hand; the protocol is
+documented in the bench package (internal/bench/campaign.go).`,
+		Example: `  # Lead jobs/x on etcd with a 2 s lease until Ctrl-D:
+  lockctl bench-campaigner --design concurrency.Election --url etcd://127.0.0.1:2379 --ttl 2s jobs/x`,
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if ttl <= 0 {
+				return exitf(exitError, "--ttl %v: must be positive", ttl)
+			}
+			t, err := a.resolve("")
+			if err != nil {
+				return exitf(exitError, "%v", err)
+			}
+			if err := bench.Campaign(c.Context(), design, t.url, args[0], ttl, a.stdin, a.stdout); err != nil {
+				return exitf(exitError, "%v", err)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&design, "design", bench.KindLocker, "the election design: locker, "+bench.ElectionEtcd+" or "+bench.ElectionZK)
+	c.Flags().DurationVar(&ttl, "ttl", 2*time.Second, "the leadership's TTL: the Locker's TTL, etcd's lease, ZooKeeper's session timeout")
+	return c
 }
 
 // commandLine is the command as typed, passwords in URLs redacted.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distlock/locker/cmd/lockctl/internal/bench"
 )
@@ -14,12 +15,20 @@ import (
 // invocation, as make bench does at length, and checks the report's
 // structure: every scenario produced figures for every backend and
 // design kind it applies to, the targets are judged, and every format is
-// written. It checks no speed: that is make bench's to measure.
+// written. It checks no speed: that is make bench's to measure. The
+// failover scenario, which waits out a TTL per design and round, has a
+// test of its own on one backend (TestBenchFailover).
 func TestBench(t *testing.T) {
 	t.Parallel()
 	takeTurn(t)
 	out := t.TempDir()
-	args := []string{"bench", "--duration", "150ms", "--clients", "1,4", "--waiters", "2", "--held-locks", "300", "--held-ttl", "1s", "--recovery-rounds", "1", "--out", out, "--json"}
+	var scenarios []string
+	for _, sc := range bench.Scenarios {
+		if sc != bench.ScenarioFailover {
+			scenarios = append(scenarios, sc)
+		}
+	}
+	args := []string{"bench", "--scenario", strings.Join(scenarios, ","), "--duration", "150ms", "--clients", "1,4", "--waiters", "2", "--held-locks", "300", "--held-ttl", "1s", "--recovery-rounds", "1", "--out", out, "--json"}
 	var names []string
 	for _, s := range servers {
 		args = append(args, "--url", serverURL(t, s.env))
@@ -130,9 +139,41 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "--url", "memory://", "--readers", "0"}, "--readers 0: want a count from 1 to 10000"},
 		{[]string{"bench", "--url", "memory://", "--write-every", "-1s"}, "--write-every -1s: want a positive duration"},
 		{[]string{"bench", "--url", "memory://", "--permits", "0"}, "--permits 0: want a count from 1 to 5000"},
+		{[]string{"bench", "--url", "memory://", "--failover-rounds", "0"}, "--failover-rounds 0: want a positive count"},
 		{[]string{"bench", "--url", "nosuch://x", "--scenario", "uncontended"}, "nosuch"},
 	} {
 		r := runApp(t, nil, tc.args...)
 		wantCode(t, r, exitError, tc.want)
+	}
+}
+
+// TestBenchFailover runs the failover scenario on etcd, one leader killed
+// per design: the Locker's Election and etcd's concurrency.Election each
+// elect a successor to a killed leader, and the report gives the time
+// it took (p50, p90, slowest) beside the TTL, which bounds it, with the
+// expiry slack and the start of a loaded machine's processes.
+func TestBenchFailover(t *testing.T) {
+	t.Parallel()
+	r := runLockctl(t, testEnv(t), "bench", "--url", serverURL(t, "LOCKER_TEST_ETCD_URL"), "--scenario", "failover", "--failover-rounds", "1", "--json")
+	wantCode(t, r, 0)
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, r.stdout)
+	}
+	designs := map[string]bool{}
+	for _, res := range rep.Results {
+		designs[res.Design] = true
+		f := res.Failover
+		switch {
+		case res.Scenario != bench.ScenarioFailover || f == nil:
+			t.Errorf("a result of %s with failover figures %+v", res.Scenario, f)
+		case res.Errors != 0 || f.Rounds != 1 || f.Campaigners != 3 || f.TTL < 2*time.Second:
+			t.Errorf("%s: %d errors (%s), %+v; want one leader killed of three, a TTL of 2s or more", res.Design, res.Errors, res.FirstError, f)
+		case res.Latency.P50 <= 0 || res.Latency.P90 < res.Latency.P50 || res.Latency.Max > f.TTL+f.ExpirySlack+10*time.Second:
+			t.Errorf("%s: failover took p50 %v, p90 %v, at most %v with a TTL of %v", res.Design, res.Latency.P50, res.Latency.P90, res.Latency.Max, f.TTL)
+		}
+	}
+	if len(rep.Results) != 2 || !designs["locker"] || !designs[bench.ElectionEtcd] {
+		t.Errorf("failover results of %v, want locker and %s; notes: %q", designs, bench.ElectionEtcd, rep.Notes)
 	}
 }

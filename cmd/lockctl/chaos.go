@@ -67,11 +67,17 @@ writer once anyone newer has accessed, a permit holder once newer holders
 take the permits it needs. Overlaps count beliefs against the rule: a
 writer beside anyone, more permits than the limit.
 
+pause-leader is the pause of an election's leader (locker.Election, as
+lockctl elect campaigns): its writes carry its term, which is its lock's
+fence, and each campaigner's reading of the leader (Election.Leader) must
+name the one elected, with its term, token and value, or the round fails.
+
 The scenarios that restart servers or move a server's clock run on Redis
 servers lockctl starts itself (redis-server on $PATH, or --redis-server),
-and the leader scenarios on a three-member etcd cluster or ZooKeeper
-ensemble it starts (--etcd, --zk-classpath): never on the deployment
-given, which only says which backends to test. Keys start with lockctl-chaos/<random>/.
+and the server-leader scenarios (leader-kill, leader-partition: the
+cluster's own Raft or Zab leader) on a three-member etcd cluster or
+ZooKeeper ensemble it starts (--etcd, --zk-classpath): never on the
+deployment given, which only says which backends to test. Keys start with lockctl-chaos/<random>/.
 The exit code is 1 when a cell's outcome is not what the backend's
 guarantees say it should be (the report's verdict column says why).`,
 		Example: `  # Every scenario on the test servers (make services-up), 3 rounds each:
@@ -89,8 +95,8 @@ guarantees say it should be (the report's verdict column says why).`,
 	f.IntVar(&ch.rounds, "rounds", 3, "rounds of each scenario on each backend")
 	f.DurationVar(&ch.ttl, "ttl", 2*time.Second, "TTL of the locks of the scenarios that wait for an expiry (raised to a backend's smallest)")
 	f.StringVar(&ch.redisServer, "redis-server", "", "redis-server binary for the scenarios that restart servers (default: $PATH's)")
-	f.StringVar(&ch.etcd, "etcd", "", "etcd binary for the leader scenarios' own three-member cluster (default: $LOCKER_TEST_ETCD_BIN, else $PATH's)")
-	f.StringVar(&ch.zkClasspath, "zk-classpath", "", "ZooKeeper's Java classpath for the leader scenarios' own ensemble (default: $LOCKER_TEST_ZK_CLASSPATH, else Debian's jars)")
+	f.StringVar(&ch.etcd, "etcd", "", "etcd binary for the server-leader scenarios' own three-member cluster (default: $LOCKER_TEST_ETCD_BIN, else $PATH's)")
+	f.StringVar(&ch.zkClasspath, "zk-classpath", "", "ZooKeeper's Java classpath for the server-leader scenarios' own ensemble (default: $LOCKER_TEST_ZK_CLASSPATH, else Debian's jars)")
 	f.StringVar(&ch.out, "out", "", "directory to write report.json, report.md and report.html to")
 	return c
 }
@@ -171,8 +177,9 @@ func newChaosWorkerCmd(a *app) *cobra.Command {
 		Use:   "chaos-worker --url URL KEY",
 		Short: "A holder process of lockctl chaos: commands on stdin, events on stdout",
 		Long: `chaos-worker is the holder process lockctl chaos starts: it reads one
-command a line on standard input (acquire TTL WAIT, write, write-if-held,
-release, fault ...) and writes one JSON event a line on standard output.
+command a line on standard input (acquire TTL WAIT, campaign TTL WAIT,
+leader, write, write-if-held, release, fault ...) and writes one JSON
+event a line on standard output.
 It is not meant to be run by hand; the protocol is documented in the
 chaos package (internal/chaos/worker.go).`,
 		Example: `  # Take a key for 10 s, write once, release:

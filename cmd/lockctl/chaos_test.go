@@ -99,13 +99,16 @@ func checkCells(t *testing.T, s server, rep *chaos.Report) {
 			t.Errorf("%s: %d stale writes accepted on a fencing backend", c.Scenario, n.StaleAccepted+n.LateAccepted)
 		}
 		if s.name == "redlock" {
-			violates := slices.Contains([]string{"pause", "clock-fast", "restart", "pause-writer", "pause-shared", "pause-permit"}, c.Scenario)
+			violates := slices.Contains([]string{"pause", "clock-fast", "restart", "pause-writer", "pause-shared", "pause-permit", "pause-leader"}, c.Scenario)
 			if violates != (n.StaleAccepted > 0) {
 				t.Errorf("redlock %s: %d stale writes accepted; want some: %v", c.Scenario, n.StaleAccepted, violates)
 			}
 		}
-		if c.Scenario == "pause" && n.Overlaps == 0 {
-			t.Errorf("pause: no overlap seen, though the paused holder believed it held the lock when the rival took it")
+		if (c.Scenario == "pause" || c.Scenario == "pause-leader") && n.Overlaps == 0 {
+			t.Errorf("%s: no overlap seen, though the paused holder believed it held the lock when the rival took it", c.Scenario)
+		}
+		if c.Scenario == "pause-leader" && s.fencing && n.StaleRejected != c.Rounds {
+			t.Errorf("pause-leader: %d stale terms refused in %d rounds, want one a round", n.StaleRejected, c.Rounds)
 		}
 		if c.Example == nil || len(c.Example.Timeline) == 0 {
 			t.Errorf("%s: no round history", c.Scenario)

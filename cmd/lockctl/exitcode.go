@@ -14,8 +14,8 @@ import (
 const (
 	exitOK           = 0
 	exitChecksFailed = 1   // doctor: a check failed; check: a case failed; demo, chaos: a rule the backend claims broke
-	exitLockLost     = 122 // the lock was lost while the command ran
-	exitNotAcquired  = 124 // busy with --no-wait, or --wait elapsed
+	exitLockLost     = 122 // the lock (elect: the leadership) was lost while the command ran
+	exitNotAcquired  = 124 // busy with --no-wait, or --wait elapsed (elect: not elected within it)
 	exitError        = 125 // lockctl's own error: usage, config, URL, backend unreachable
 	exitCannotRun    = 126 // the command was found but could not be run
 	exitNotFound     = 127 // the command was not found
@@ -26,29 +26,32 @@ const (
 const exitCodesHelp = `Exit codes of lockctl
 
 lockctl picks its own exit codes as timeout(1) and env(1) do, so that they
-rarely collide with those of the command that "lockctl run" runs:
+rarely collide with those of the command that "lockctl run" and "lockctl
+elect" run:
 
-  0        success (for run: the command exited 0)
-  N        run: the command exited N, and lockctl passes N through
+  0        success (for run and elect: the command exited 0)
+  N        run, elect: the command exited N, and lockctl passes N through
   1        check: a conformance case failed
            doctor: a check failed (with --strict, also one that warned)
            demo: the story broke a rule the backend claims (a stale write
            was accepted although the backend mints fencing tokens)
            chaos: a scenario's outcome on a backend was not what the
            backend's guarantees say (the report's verdict says why)
-  122      run: the lock was lost while the command ran; the command was sent
-           SIGTERM, then SIGKILL after --grace (this code wins over the
-           command's own, since its work was no longer protected)
+  122      run: the lock was lost while the command ran; elect: the
+           leadership was; the command was sent SIGTERM, then SIGKILL after
+           --grace (this code wins over the command's own, since its work
+           was no longer protected)
   124      the lock was not acquired: the key is held by someone else
-           (--no-wait) or --wait elapsed first
+           (--no-wait) or --wait elapsed first; elect: not elected within
+           --wait
   125      lockctl's own error: bad usage or flags, a bad config file or
            profile, a bad URL, a backend that cannot be reached
-  126      run: the command was found but could not be run (not executable,
-           a directory, a bad binary format)
-  127      run: the command was not found
-  128+N    run: the command was killed by signal N, as shells report it
-           (130 for SIGINT, 143 for SIGTERM); also lockctl's own code when
-           signal N made it give up waiting for the lock
+  126      run, elect: the command was found but could not be run (not
+           executable, a directory, a bad binary format)
+  127      run, elect: the command was not found
+  128+N    run, elect: the command was killed by signal N, as shells report
+           it (130 for SIGINT, 143 for SIGTERM); also lockctl's own code
+           when signal N made it give up waiting for the lock or to lead
 
 A command that itself exits 122 or 124-127 looks like lockctl's codes, as
 with timeout(1); lockctl's own errors also print a message starting with

@@ -30,11 +30,14 @@ const inspectTimeout = 30 * time.Second
 func newInspectCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "inspect KEY",
-		Short: "Show who holds a key: each holder's kind, token, fence, remaining TTL; the waiters",
+		Short: "Show who holds a key: each holder's kind, token, fence, value, remaining TTL; the waiters",
 		Long: `Inspect reads who holds KEY on the backend's servers, without taking it:
 whether it is held, each holder's token and fencing token, how long its
 lock still lasts on the server, and the clients that wait for it, each
-where the backend can tell. The detail lines name what the backend stores
+where the backend can tell. A holder's value, what it says of itself
+(the library's WithValue, an election leader's lockctl elect --value),
+is shown where it has one; with --json it is "value", or "value_base64"
+for a value that is not UTF-8 text. The detail lines name what the backend stores
 (the Redis key, the ZooKeeper node and session, the etcd entry and lease,
 each Redlock node's copy). ZooKeeper keeps no TTL per lock: a lock lasts
 as long as its holder's session, and inspect shows that session's timeout,
@@ -64,15 +67,19 @@ the key named is not theirs.`,
 
 // inspectOutput is what lockctl inspect prints with --json.
 type inspectOutput struct {
-	URL     string            `json:"url"` // password redacted
-	Backend string            `json:"backend"`
-	Key     string            `json:"key"`
-	Held    bool              `json:"held"`
-	Token   string            `json:"token,omitempty"`
-	Fence   *uint64           `json:"fence,omitempty"`
-	TTLMS   *int64            `json:"ttl_ms,omitempty"`
-	Waiters *int              `json:"waiters,omitempty"`
-	Detail  map[string]string `json:"detail,omitempty"`
+	URL     string  `json:"url"` // password redacted
+	Backend string  `json:"backend"`
+	Key     string  `json:"key"`
+	Held    bool    `json:"held"`
+	Token   string  `json:"token,omitempty"`
+	Fence   *uint64 `json:"fence,omitempty"`
+	TTLMS   *int64  `json:"ttl_ms,omitempty"`
+	Waiters *int    `json:"waiters,omitempty"`
+	// Value is the first holder's value (WithValue, an election's
+	// leader's), where it is UTF-8 text; else ValueBase64 has it.
+	Value       string            `json:"value,omitempty"`
+	ValueBase64 string            `json:"value_base64,omitempty"`
+	Detail      map[string]string `json:"detail,omitempty"`
 	// Holds are every holder, in grant order; the fields above are the
 	// first one's. Queue are the waiters, in queue order, where the
 	// backend lists them.
@@ -87,12 +94,18 @@ type holdOutput struct {
 	Kind string `json:"kind,omitempty"`
 	// Limit and Weight are a permit's: the semaphore's permits and how
 	// many the hold takes.
-	Limit  int               `json:"limit,omitempty"`
-	Weight int               `json:"weight,omitempty"`
-	Token  string            `json:"token,omitempty"`
-	Fence  *uint64           `json:"fence,omitempty"`
-	TTLMS  *int64            `json:"ttl_ms,omitempty"`
-	Detail map[string]string `json:"detail,omitempty"`
+	Limit  int     `json:"limit,omitempty"`
+	Weight int     `json:"weight,omitempty"`
+	Token  string  `json:"token,omitempty"`
+	Fence  *uint64 `json:"fence,omitempty"`
+	TTLMS  *int64  `json:"ttl_ms,omitempty"`
+	// Value is the hold's value as text, or ValueBase64 where it is not
+	// UTF-8.
+	Value       string            `json:"value,omitempty"`
+	ValueBase64 string            `json:"value_base64,omitempty"`
+	Detail      map[string]string `json:"detail,omitempty"`
+
+	value []byte // the value, for text output
 }
 
 // inspected is a key as Inspect found it, with the Locker that looked.
@@ -145,6 +158,7 @@ func (a *app) inspect(ctx context.Context, key string) error {
 // backend admits no other kind, of unknown kind otherwise.
 func newInspectOutput(h locker.Holder, caps locker.Capabilities) inspectOutput {
 	out := inspectOutput{Backend: caps.Name, Held: h.Held, Token: h.Token, Detail: h.Detail}
+	out.Value, out.ValueBase64 = jsonValue(h.Value)
 	if h.Fenced {
 		out.Fence = &h.Fence
 	}
@@ -159,7 +173,8 @@ func newInspectOutput(h locker.Holder, caps locker.Capabilities) inspectOutput {
 		out.Holds = append(out.Holds, newHoldOutput(hd))
 	}
 	if len(out.Holds) == 0 && h.Held {
-		only := holdOutput{Token: h.Token, Fence: out.Fence, TTLMS: out.TTLMS}
+		only := holdOutput{Token: h.Token, Fence: out.Fence, TTLMS: out.TTLMS, value: h.Value}
+		only.Value, only.ValueBase64 = out.Value, out.ValueBase64
 		if !caps.Shared && !caps.Permits {
 			only.Kind = locker.Kind(0).String() // exclusive: the only kind it admits
 		}
@@ -172,7 +187,8 @@ func newInspectOutput(h locker.Holder, caps locker.Capabilities) inspectOutput {
 }
 
 func newHoldOutput(hd locker.Hold) holdOutput {
-	o := holdOutput{Kind: hd.Kind.String(), Token: hd.Token, Detail: hd.Detail}
+	o := holdOutput{Kind: hd.Kind.String(), Token: hd.Token, Detail: hd.Detail, value: hd.Value}
+	o.Value, o.ValueBase64 = jsonValue(hd.Value)
 	if hd.Kind == backend.Permit {
 		o.Limit, o.Weight = hd.Limit, hd.Weight
 	}
@@ -208,6 +224,9 @@ func printInspect(w io.Writer, out inspectOutput, caps locker.Capabilities) {
 	default:
 		row("held", "yes")
 		row("token", orUnknown(out.Token))
+		if len(out.Holds) == 1 && len(out.Holds[0].value) > 0 {
+			row("value", valueText(out.Holds[0].value))
+		}
 	}
 	if !out.several() {
 		printFirstHolder(row, out, caps)
@@ -288,9 +307,13 @@ func plural(n int) string {
 // waiters as a table, one a line.
 func printHolds(w io.Writer, hs []holdOutput, held bool, caps locker.Capabilities) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if held {
+	values := held && slices.ContainsFunc(hs, func(h holdOutput) bool { return len(h.value) > 0 })
+	switch {
+	case values:
+		fmt.Fprintln(tw, "  #\tkind\ttoken\tfence\tttl\tvalue\tdetail")
+	case held:
 		fmt.Fprintln(tw, "  #\tkind\ttoken\tfence\tttl\tdetail")
-	} else {
+	default:
 		fmt.Fprintln(tw, "  #\tkind\tdetail")
 	}
 	for i, h := range hs {
@@ -316,9 +339,21 @@ func printHolds(w io.Writer, hs []holdOutput, held bool, caps locker.Capabilitie
 		if h.TTLMS != nil {
 			ttl = (time.Duration(*h.TTLMS) * time.Millisecond).String()
 		}
+		if values {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, kind, orUnknown(h.Token), fence, ttl, holdValueText(h.value), detailText(h.Detail))
+			continue
+		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, kind, orUnknown(h.Token), fence, ttl, detailText(h.Detail))
 	}
 	tw.Flush()
+}
+
+// holdValueText is a hold's value in a table cell: "-" if none.
+func holdValueText(v []byte) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	return valueText(v)
 }
 
 // detailText prints a hold's detail as "k=v, k=v", sorted; "-" if none.

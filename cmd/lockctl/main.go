@@ -3,6 +3,8 @@
 // redlock://, zookeeper://, etcd://...).
 //
 //	lockctl run [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --limit N [--weight W]] KEY -- CMD ARGS...
+//	lockctl elect [--value V] [--ttl D] [--wait D] [--grace D] NAME -- CMD ARGS...
+//	lockctl leader [--watch] NAME
 //	lockctl demo [--workers N] [--ttl D] [--story fencing|rw|all]
 //	lockctl check | doctor | inspect KEY | release --force KEY
 //	lockctl bench --url URL... [--scenario ...] [--out DIR]
@@ -15,7 +17,11 @@
 // library's watchdog) while CMD runs, gives CMD the lock's key, token and
 // fencing token as LOCKER_KEY, LOCKER_TOKEN and LOCKER_FENCE, and stops CMD
 // if the lock is lost; with --shared it takes a read lock, with --limit N
-// one of a semaphore's N permits. `lockctl demo` shows, on the embedded
+// one of a semaphore's N permits. `lockctl elect` runs CMD the same way
+// while it leads the election NAME, the others that campaign standing by,
+// with the term in LOCKER_TERM (and LOCKER_FENCE) and --value in
+// LOCKER_VALUE; `lockctl leader` shows who leads, and --watch follows the
+// changes. `lockctl demo` shows, on the embedded
 // backend with no server, why fencing tokens matter (a holder paused past
 // its TTL has its stale write rejected), then readers sharing a lock
 // while a writer waits, and a semaphore at its limit.
@@ -34,19 +40,21 @@
 // the codes of the command `lockctl run` runs:
 //
 //	0      success
-//	N      run: the command's own exit code
+//	N      run, elect: the command's own exit code
 //	1      demo: a stale write was accepted although the backend claims fencing;
 //	       check, doctor: a case or a check failed; chaos: a cell's outcome
 //	       was not what the backend's guarantees say
-//	122    run: the lock was lost while the command ran (the command was
-//	       sent SIGTERM, then SIGKILL after --grace)
+//	122    run: the lock was lost while the command ran, elect: the
+//	       leadership was (the command was sent SIGTERM, then SIGKILL
+//	       after --grace)
 //	124    the lock was not acquired: held by someone else with --no-wait,
-//	       or --wait elapsed
+//	       or --wait elapsed (elect: not elected within --wait)
 //	125    lockctl's own error: usage, config, URL, backend unreachable
-//	126    run: the command was found but could not be run
-//	127    run: the command was not found
-//	128+N  run: the command was killed by signal N, as shells report it
-//	       (also lockctl's code when signal N stopped it waiting for the lock)
+//	126    run, elect: the command was found but could not be run
+//	127    run, elect: the command was not found
+//	128+N  run, elect: the command was killed by signal N, as shells report
+//	       it (also lockctl's code when signal N stopped it waiting for the
+//	       lock or to lead)
 package main
 
 import (

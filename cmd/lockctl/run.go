@@ -36,7 +36,9 @@ type signalCause struct{ sig os.Signal }
 
 func (s signalCause) Error() string { return "interrupted by " + signalName(s.sig) }
 
-// runCmd is one `lockctl run`.
+// runCmd is one `lockctl run`, or one `lockctl elect` (elect set): the
+// same supervision of a command, under a lock or under the leadership
+// of an election.
 type runCmd struct {
 	app     *app
 	ttl     time.Duration
@@ -49,6 +51,10 @@ type runCmd struct {
 	shared bool
 	limit  int
 	weight int
+
+	// elect makes this a `lockctl elect`: the hold is the leadership
+	// of the election named key, won by campaigning (elect.go).
+	elect *electing
 
 	key  string
 	argv []string // the command and its arguments
@@ -150,19 +156,23 @@ func (r *runCmd) command() *cobra.Command {
 	return c
 }
 
-// parseArgs splits KEY -- COMMAND ARGS... .
+// parseArgs splits KEY -- COMMAND ARGS... (NAME for lockctl elect).
 func (r *runCmd) parseArgs(c *cobra.Command, args []string) error {
-	const usage = "want: lockctl run [flags] KEY -- COMMAND [ARGS...]"
+	arg := "KEY"
+	if r.elect != nil {
+		arg = "NAME"
+	}
+	usage := fmt.Sprintf("want: lockctl %s [flags] %s -- COMMAND [ARGS...]", c.Name(), arg)
 	dash := c.ArgsLenAtDash()
 	switch {
 	case len(args) == 0:
-		return fmt.Errorf("missing KEY and COMMAND (%s)", usage)
+		return fmt.Errorf("missing %s and COMMAND (%s)", arg, usage)
 	case dash < 0:
-		return fmt.Errorf("missing -- between KEY and COMMAND (%s); it keeps COMMAND's flags from being read as lockctl's", usage)
+		return fmt.Errorf("missing -- between %s and COMMAND (%s); it keeps COMMAND's flags from being read as lockctl's", arg, usage)
 	case dash == 0:
-		return fmt.Errorf("missing KEY before -- (%s)", usage)
+		return fmt.Errorf("missing %s before -- (%s)", arg, usage)
 	case dash > 1:
-		return fmt.Errorf("want one KEY before --, got %d: %q (%s)", dash, args[:dash], usage)
+		return fmt.Errorf("want one %s before --, got %d: %q (%s)", arg, dash, args[:dash], usage)
 	case len(args) == dash:
 		return fmt.Errorf("empty command: nothing after -- (%s)", usage)
 	case args[dash] == "":
@@ -191,7 +201,7 @@ func (r *runCmd) checkFlags(c *cobra.Command) error {
 func kindFlags(c *cobra.Command) string {
 	var given []string
 	for _, name := range []string{"shared", "limit", "weight"} {
-		if f := c.Flags().Lookup(name); f.Changed {
+		if f := c.Flags().Lookup(name); f != nil && f.Changed {
 			if name == "shared" {
 				given = append(given, "--shared")
 				continue
@@ -276,7 +286,11 @@ func (r *runCmd) run(c *cobra.Command) error {
 		return withCode(exitError, err)
 	}
 	if scheme(t.url) == "memory" {
-		return exitf(exitError, "%s (from %s) is an in-process backend: its locks are not shared with any other process, so lockctl run would hold them alone; give the URL of a server", locker.Redact(t.url), t.source)
+		alone := "hold them alone"
+		if r.elect != nil {
+			alone = "always lead"
+		}
+		return exitf(exitError, "%s (from %s) is an in-process backend: its locks are not shared with any other process, so lockctl %s would %s; give the URL of a server", locker.Redact(t.url), t.source, c.Name(), alone)
 	}
 	// Find the command before taking the lock: a typo must not hold others up.
 	path, err := lookCommand(r.argv[0])
@@ -300,7 +314,11 @@ func (r *runCmd) run(c *cobra.Command) error {
 		return err
 	}
 	defer l.Close()
-	r.say("acquired %q%s (fence %s, valid for %v unless refreshed)", r.key, r.holdName(c), fenceLabel(lock), time.Until(lock.Until()).Round(time.Millisecond))
+	if r.elect != nil {
+		r.say("leading %q (term %s, value %s, valid for %v unless refreshed)", r.key, termLabel(lock), valueLabel(r.elect.value), time.Until(lock.Until()).Round(time.Millisecond))
+	} else {
+		r.say("acquired %q%s (fence %s, valid for %v unless refreshed)", r.key, r.holdName(c), fenceLabel(lock), time.Until(lock.Until()).Round(time.Millisecond))
+	}
 	code, lost := r.supervise(lock, path, sigs)
 	return r.finish(lock, code, lost)
 }
@@ -332,7 +350,7 @@ func (r *runCmd) acquire(c *cobra.Command, t target, sigs <-chan os.Signal, opts
 		if l != nil {
 			l.Close()
 		}
-		return nil, nil, exitf(signalCode(sc.sig), "lock %q not acquired: %v", r.key, sc)
+		return nil, nil, exitf(signalCode(sc.sig), "%s not %s: %v", r.subject(), r.gotten(), sc)
 	}
 	return l, lock, err
 }
@@ -353,6 +371,14 @@ func (r *runCmd) take(ctx context.Context, c *cobra.Command, t target, opts []lo
 	if err := r.checkCapabilities(c, l.Capabilities()); err != nil {
 		l.Close()
 		return nil, nil, withCode(exitError, err)
+	}
+	if r.elect != nil {
+		lock, err := r.campaign(ctx, l, t, opts)
+		if err != nil {
+			l.Close()
+			return nil, nil, err
+		}
+		return l, lock, nil
 	}
 	lock, err := l.TryAcquire(ctx, r.key, opts...)
 	if errors.Is(err, locker.ErrNotAcquired) && !r.noWait {
@@ -394,6 +420,9 @@ func (r *runCmd) supervise(lock locker.Lock, path string, sigs <-chan os.Signal)
 		"LOCKER_KEY="+lock.Key(),
 		"LOCKER_TOKEN="+lock.Token(),
 		"LOCKER_FENCE="+fenceString(lock))
+	if r.elect != nil {
+		env = append(env, r.elect.environ(lock)...)
+	}
 	ch, err := startChild(path, r.argv, env, r.app.stdin, r.app.stdout, r.app.stderr)
 	if err != nil {
 		fmt.Fprintf(r.app.stderr, "lockctl: command %q cannot be run: %v\n", r.argv[0], unwrapExec(err))
@@ -407,7 +436,7 @@ func (r *runCmd) supervise(lock locker.Lock, path string, sigs <-chan os.Signal)
 	lost = r.watch(lock, ch, sigs, done)
 	if !lost && closed(lock.Lost()) {
 		lost = true
-		fmt.Fprintf(r.app.stderr, "lockctl: lock %q was lost as the command ended: %v\n", r.key, lock.Err())
+		fmt.Fprintf(r.app.stderr, "lockctl: %s was lost as the command ended: %v\n", r.subject(), lock.Err())
 	}
 	return exitCodeOf(ch.cmd.ProcessState), lost
 }
@@ -430,8 +459,8 @@ func (r *runCmd) watch(lock locker.Lock, ch *child, sigs <-chan os.Signal, done 
 			}
 		case <-lostc:
 			lostc, lost = nil, true
-			fmt.Fprintf(r.app.stderr, "lockctl: lock %q lost while the command ran: %v; sending the command SIGTERM (SIGKILL in %v)\n",
-				r.key, lock.Err(), r.grace)
+			fmt.Fprintf(r.app.stderr, "lockctl: %s lost while the command ran: %v; sending the command SIGTERM (SIGKILL in %v)\n",
+				r.subject(), lock.Err(), r.grace)
 			ch.signal(syscall.SIGTERM)
 			kill.Reset(r.grace)
 		case <-kill.C:
@@ -454,11 +483,13 @@ func (r *runCmd) finish(lock locker.Lock, code int, lost bool) error {
 		// Lost closes before the lock may be anyone else's, so this is a
 		// lock that the server gave up early (another process forced it
 		// free): the command's work may not have been protected.
-		fmt.Fprintf(r.app.stderr, "lockctl: lock %q was no longer held when the command ended: %v\n", r.key, err)
+		fmt.Fprintf(r.app.stderr, "lockctl: %s was no longer held when the command ended: %v\n", r.subject(), err)
 		return &codeError{code: exitLockLost}
 	case err != nil:
 		// The command's work was done under the lock; it expires at its TTL.
 		fmt.Fprintf(r.app.stderr, "lockctl: warning: %v (the lock expires at its TTL)\n", err)
+	case r.elect != nil:
+		r.say("resigned %q", r.key)
 	default:
 		r.say("released %q", r.key)
 	}
@@ -473,6 +504,24 @@ func (r *runCmd) releaseLock(lock locker.Lock) error {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	return lock.Release(ctx)
+}
+
+// subject names what the command runs under, for messages: `lock "k"`,
+// or `leadership of "name"` for lockctl elect.
+func (r *runCmd) subject() string {
+	if r.elect != nil {
+		return fmt.Sprintf("leadership of %q", r.key)
+	}
+	return fmt.Sprintf("lock %q", r.key)
+}
+
+// gotten says how the subject is won: "acquired", or "won" for a
+// leadership.
+func (r *runCmd) gotten() string {
+	if r.elect != nil {
+		return "won"
+	}
+	return "acquired"
 }
 
 // say tells what lockctl does, with --verbose.

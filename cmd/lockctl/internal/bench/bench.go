@@ -32,6 +32,8 @@ type Options struct {
 	Announce func(string)
 	// Holder runs the holders the recovery scenario kills.
 	Holder HolderCommand
+	// Campaigner runs the campaigners of the failover scenario.
+	Campaigner CampaignerCommand
 }
 
 // Run measures the deployments at o.URLs in the scenarios o.Settings
@@ -52,7 +54,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	s := o.Settings
 	rep := &Report{Tool: "lockctl bench", Build: buildinfo.Read().String(), Command: o.Command, Started: time.Now(), Machine: machine(), Settings: s}
-	r := &Runner{Settings: s, TTL: o.TTL, KeyPrefix: "lockctl-bench/" + runID() + "/", Progress: o.Progress, Holder: o.Holder, began: rep.Started}
+	r := &Runner{Settings: s, TTL: o.TTL, KeyPrefix: "lockctl-bench/" + runID() + "/", Progress: o.Progress, Holder: o.Holder, Campaigner: o.Campaigner, began: rep.Started}
 	p, err := r.prepareAll(ctx, o.URLs, rep)
 	defer p.cleanup()
 	if err != nil {
@@ -63,7 +65,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.notef("--rtt %v: the proxies delay each direction by %v, which this machine's timers stretch to about %v: the round trip added is about %v",
 			s.RTT, s.RTT/2, took, 2*took)
 	}
-	r.Plan(p.plan(s, r.Holder != nil))
+	r.Plan(p.plan(s, r.Holder != nil, r.Campaigner != nil))
 	for i, d := range p.deps {
 		n, why := d.clients(s)
 		rep.Backends[i].Clients = n
@@ -152,6 +154,8 @@ func (r *Runner) run(ctx context.Context, sc string, p *prepared) {
 		r.HeldLocks(ctx, p.all)
 	case ScenarioRecovery:
 		r.Recovery(ctx, p.deps)
+	case ScenarioFailover:
+		r.Failover(ctx, p.deps)
 	case ScenarioReadWrite:
 		r.ReadWrite(ctx, p.kinds)
 	case ScenarioSemaphore:
@@ -270,9 +274,10 @@ func withHosts(url string, hosts []string) string {
 // plan is how long each step of a run with settings s measures, in the
 // order the steps run, for the estimate of the time left: the time each
 // design is given, times the designs taking turns; the held locks'
-// hold; the recovery rounds' expiries. holder says whether the recovery
-// scenario has a holder process to kill.
-func (p *prepared) plan(s Settings, holder bool) []time.Duration {
+// hold; the recovery and failover rounds' expiries. holder and
+// campaigner say whether the recovery and failover scenarios have
+// processes to kill.
+func (p *prepared) plan(s Settings, holder, campaigner bool) []time.Duration {
 	var waiting []Design
 	for _, d := range p.all {
 		if d.Waits {
@@ -311,6 +316,16 @@ func (p *prepared) plan(s Settings, holder bool) []time.Duration {
 				if holder && tg.backend.Name != "memory" {
 					round := recoveryTTL(tg.backend.MinTTL) + tg.backend.ExpirySlack
 					steps = append(steps, round*time.Duration(r.recoveryRounds()))
+				}
+			}
+		case ScenarioFailover:
+			for _, tg := range p.deps {
+				if campaigner && tg.backend.Name != "memory" {
+					// An expiry per round, and a campaigner's start.
+					round := recoveryTTL(tg.backend.MinTTL) + tg.backend.ExpirySlack + time.Second
+					for range electionDesigns(tg.backend.Name) {
+						steps = append(steps, round*time.Duration(r.failoverRounds()))
+					}
 				}
 			}
 		case ScenarioReadWrite:
@@ -364,6 +379,10 @@ func (d deployment) clients(s Settings) (int, string) {
 		case ScenarioRecovery:
 			if d.backend.Name != "memory" {
 				at(2, "recovery: a holder process and a waiter")
+			}
+		case ScenarioFailover:
+			if d.backend.Name != "memory" {
+				at(failoverCampaigners, "failover: %d campaigner processes", failoverCampaigners)
 			}
 		case ScenarioReadWrite:
 			if n := len(r.sharedDesigns(d.designs, false)); n > 0 {

@@ -130,6 +130,7 @@ func TestClients(t *testing.T) {
 		{Settings{Scenarios: []string{ScenarioHotKey, ScenarioUncontended}, Clients: []int{64}, Waiters: []int{2, 40}}, 80, "hot-key: 40 waiters of each of 2 designs", ""},
 		{Settings{Scenarios: []string{ScenarioUncontended, ScenarioRecovery}, Clients: []int{64}}, 3, "uncontended: one client of each of 3 designs", "maxClientCnxns"},
 		{Settings{Scenarios: []string{ScenarioRecovery}}, 2, "recovery: a holder process and a waiter", "maxClientCnxns"},
+		{Settings{Scenarios: []string{ScenarioRecovery, ScenarioFailover}}, 3, "failover: 3 campaigner processes", "maxClientCnxns"},
 	} {
 		n, why := d.clients(tc.s)
 		if n != tc.want || why != tc.why {

@@ -55,7 +55,7 @@ func TestRunMemory(t *testing.T) {
 		}
 	}
 	notes := strings.Join(rep.Notes, "\n")
-	for _, want := range []string{"fanout: no redlock:// deployment", "recovery: memory's locks live in one process"} {
+	for _, want := range []string{"fanout: no redlock:// deployment", "recovery: memory's locks live in one process", "failover: memory's elections live in one process"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}

@@ -1,8 +1,10 @@
 // Package bench is lockctl bench: it measures lock designs (the locker
 // library's backends, the raw server primitives they are built on, and
 // the peer libraries users would otherwise pick) in scenarios that take
-// turns on one machine, and reports the figures as a Report that renders
-// to a terminal table, JSON, Markdown and a self-contained HTML page.
+// turns on one machine, and election designs (the library's Election,
+// etcd's concurrency.Election, an election on zk.Lock) in the failover
+// scenario, and reports the figures as a Report that renders to a
+// terminal table, JSON, Markdown and a self-contained HTML page.
 package bench
 
 import "time"
@@ -59,6 +61,9 @@ type Settings struct {
 	// RecoveryRounds is how many holders the recovery scenario kills
 	// per deployment.
 	RecoveryRounds int `json:"recovery_rounds"`
+	// FailoverRounds is how many leaders the failover scenario kills per
+	// deployment and election design (0: 3).
+	FailoverRounds int `json:"failover_rounds,omitempty"`
 	// Readers is how many clients stream read locks in the read-write
 	// scenario (0: DefaultReaders), and WriteEvery how long its writer
 	// pauses between write locks (0: DefaultWriteEvery).
@@ -118,6 +123,7 @@ type Result struct {
 	Latency  Latency   `json:"latency"` // of one operation, or of a handoff
 	Fairness *Fairness `json:"fairness,omitempty"`
 	Recovery *Recovery `json:"recovery,omitempty"`
+	Failover *Failover `json:"failover,omitempty"`
 	Memory   *Memory   `json:"memory,omitempty"`
 	// ReadWrite and Semaphore are the figures only the read-write and
 	// semaphore scenarios measure.
@@ -162,6 +168,21 @@ type Recovery struct {
 	Bound       Duration `json:"bound"` // TTL + ExpirySlack + one round trip
 	Rounds      int      `json:"rounds"`
 	Within      int      `json:"within"` // rounds that recovered within Bound
+}
+
+// Failover is what the failover scenario measured of an election design:
+// the Result's Latency is the time from the leader's SIGKILL until
+// another campaigner led (its p50, p90 and max are the figures), over
+// Rounds leaders killed.
+type Failover struct {
+	// TTL is every design's: the Locker's TTL, the lease of etcd's
+	// Session (whole seconds), the ZooKeeper session's timeout.
+	TTL Duration `json:"ttl"`
+	// ExpirySlack is the backend's, as its Locker reports it: how late
+	// its servers may end an expired lease, session or key.
+	ExpirySlack Duration `json:"expiry_slack"`
+	Campaigners int      `json:"campaigners"` // contending in every round
+	Rounds      int      `json:"rounds"`      // leaders killed whose successor was seen
 }
 
 // ReadWrite is what a writer went through on a key that a stream of

@@ -566,21 +566,28 @@ func (rawZKQuiet) Printf(string, ...any) {}
 // rawZKConnect opens a session and waits until the server grants it, so
 // that an unreachable ensemble fails Open, not the first Lock.
 func rawZKConnect(ctx context.Context, t *rawTarget) (*zk.Conn, error) {
-	conn, events, err := zk.Connect(t.hosts, rawZKSessionTimeout, zk.WithLogger(rawZKQuiet{}))
+	conn, _, err := rawZKSession(ctx, t, rawZKSessionTimeout)
+	return conn, err
+}
+
+// rawZKSession opens a session with the given timeout as rawZKConnect
+// does, and returns the connection's later events too.
+func rawZKSession(ctx context.Context, t *rawTarget, timeout time.Duration) (*zk.Conn, <-chan zk.Event, error) {
+	conn, events, err := zk.Connect(t.hosts, timeout, zk.WithLogger(rawZKQuiet{}))
 	if err != nil {
-		return nil, fmt.Errorf("bench: zookeeper: %w", err)
+		return nil, nil, fmt.Errorf("bench: zookeeper: %w", err)
 	}
 	if err := rawZKWaitSession(ctx, events); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("bench: zookeeper: %s: %w", strings.Join(t.hosts, ","), err)
+		return nil, nil, fmt.Errorf("bench: zookeeper: %s: %w", strings.Join(t.hosts, ","), err)
 	}
 	if t.user != "" {
 		if err := conn.AddAuth("digest", []byte(t.user+":"+t.password)); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("bench: zookeeper: digest credentials: %w", err)
+			return nil, nil, fmt.Errorf("bench: zookeeper: digest credentials: %w", err)
 		}
 	}
-	return conn, nil
+	return conn, events, nil
 }
 
 // rawZKWaitSession reads the connection's events until the session is

@@ -289,7 +289,10 @@ var renderAbout = map[string]string{
 	"fresh-keys":  "As uncontended, but every lock on a key never locked before.",
 	"fanout":      "Redlock on N nodes: the Locker against the raw parallel fan-out.",
 	"recovery":    "A holder is killed (SIGKILL) while a waiter waits: how long until the waiter gets the lock, against the bound TTL + expiry slack + one round trip.",
-	"held-locks":  "One client holds many locks at once, refreshed by the watchdog: what they cost the client.",
+	"failover": "Three campaigner processes contend for one election; the leader is killed (SIGKILL) and the time until another leads is measured, " +
+		"a leader killed per round. The dead leader's lease or session must expire first, so every design has the same TTL (shown): " +
+		"the figures are that TTL and the expiry slack, plus how soon each design notices.",
+	"held-locks": "One client holds many locks at once, refreshed by the watchdog: what they cost the client.",
 	"read-write": "N readers hold read locks on one key back to back while a writer asks for the write lock every so often: " +
 		"the readers' rate and wait; the writer's waits, its longest, and the writes still waiting at a step's end (starved, " +
 		"where the backend keeps no queue and readers keep overlapping).",
@@ -392,6 +395,7 @@ func renderColumnsFor(rs []renderResult) []renderColumn {
 	cols = append(cols, renderRateColumns()...)
 	cols = append(cols, renderFairnessColumns()...)
 	cols = append(cols, renderRecoveryColumns()...)
+	cols = append(cols, renderFailoverColumns()...)
 	cols = append(cols, renderReadWriteColumns()...)
 	cols = append(cols, renderSemaphoreColumns()...)
 	return append(cols, renderMemoryColumns()...)
@@ -500,6 +504,26 @@ func renderRecoveryColumns() []renderColumn {
 		{"slowest", true, has, slowest},
 		{"within bound", true, has, f(func(v *Recovery) string { return fmt.Sprintf("%d/%d", v.Within, v.Rounds) })},
 		{"bound", true, has, f(func(v *Recovery) string { return renderDuration(v.Bound) })},
+	}
+}
+
+// renderFailoverColumns give the failover times' p90 and slowest (the
+// rate columns give p50), and the TTL they are about.
+func renderFailoverColumns() []renderColumn {
+	has := renderAny(func(x renderResult) bool { return x.Failover != nil })
+	f := func(cell func(renderResult) string) func(renderResult) string {
+		return func(x renderResult) string {
+			if x.Failover == nil {
+				return ""
+			}
+			return cell(x)
+		}
+	}
+	return []renderColumn{
+		{"p90", true, has, f(func(x renderResult) string { return renderDurationOr(x.Latency.P90, "-") })},
+		{"slowest", true, has, f(func(x renderResult) string { return renderDurationOr(x.Latency.Max, "-") })},
+		{"ttl", true, has, f(func(x renderResult) string { return renderDuration(x.Failover.TTL) })},
+		{"leaders killed", true, has, f(func(x renderResult) string { return strconv.Itoa(x.Failover.Rounds) })},
 	}
 }
 

@@ -102,14 +102,14 @@ func htmlSummary(ts []Target) []htmlCount {
 }
 
 // htmlCharts draws the charts the report has figures for, in order:
-// uncontended latency, throughput by clients, hot key, recovery, memory,
-// read-write, semaphore.
+// uncontended latency, throughput by clients, hot key, recovery,
+// failover, memory, read-write, semaphore.
 func htmlCharts(r *Report) []template.HTML {
 	st := svgStylesFor(r)
 	var svgs []string
 	svgs = append(svgs, svgLatencyChart(r, st), svgThroughputChart(r, st))
 	svgs = append(svgs, svgHotKeyCharts(r, st)...)
-	svgs = append(svgs, svgRecoveryChart(r), svgMemoryChart(r), svgReadWriteChart(r, st), svgSemaphoreChart(r, st))
+	svgs = append(svgs, svgRecoveryChart(r), svgFailoverChart(r, st), svgMemoryChart(r), svgReadWriteChart(r, st), svgSemaphoreChart(r, st))
 	var out []template.HTML
 	for _, s := range svgs {
 		if s != "" {
@@ -556,6 +556,38 @@ func svgRecoveryChart(r *Report) string {
 		id: "chart-recovery", title: "Recovery after the holder is killed",
 		desc:   "How long a waiter took to get a lock whose holder was killed, slowest round, against the bound, per backend and design. Shorter is better; past the bound is a miss.",
 		xLabel: "time until the waiter holds the lock", legend: legend,
+	}
+	return svgHBarChart(f, svgLinearAxis(top, svgDurationLabel), bars)
+}
+
+// svgFailoverChart draws the failover scenario: for each design, the
+// median time from the leader's kill until another led as a bar, the
+// TTL marked; the p90 and the slowest are in the bar's text.
+func svgFailoverChart(r *Report, st svgStyles) string {
+	var bars []svgHBar
+	top := 0.0
+	for _, res := range renderSortResults(r, r.Results) {
+		v := res.Failover
+		if v == nil {
+			continue
+		}
+		l := res.Latency
+		bars = append(bars, svgHBar{
+			label: renderLabel(res), v: float64(l.P50), mark: float64(v.TTL), style: st.of(res),
+			text: fmt.Sprintf("p50 %s, p90 %s, slowest %s", renderDuration(l.P50), renderDuration(l.P90), renderDuration(l.Max)),
+			tip: fmt.Sprintf("%s: a new leader %s after the leader was killed (p50), p90 %s, slowest %s, over %d leaders killed; TTL %s, expiry slack %s",
+				renderLabel(res), renderDuration(l.P50), renderDuration(l.P90), renderDuration(l.Max), v.Rounds, renderDuration(v.TTL), renderDuration(v.ExpirySlack)),
+		})
+		top = max(top, float64(l.Max), float64(v.TTL))
+	}
+	if len(bars) == 0 {
+		return ""
+	}
+	f := svgFrame{
+		id: "chart-failover", title: "Failover after the leader is killed",
+		desc:   "How long after the leader was killed another campaigner led (median), per backend and election design, beside the TTL they all have. Shorter is better.",
+		xLabel: "time until a new leader leads",
+		legend: []svgLegendItem{{"TTL of the leadership", svgStyle{stroke: svgInk}, "rule"}},
 	}
 	return svgHBarChart(f, svgLinearAxis(top, svgDurationLabel), bars)
 }

@@ -107,6 +107,14 @@ func renderTestReport() *Report {
 		}
 		r.Results = append(r.Results, res)
 	}
+	for _, d := range []struct{ backend, design, kind string }{
+		{"redis", "locker", KindLocker}, {"etcd", "locker", KindLocker}, {"etcd", ElectionEtcd, KindPeer},
+	} {
+		res := renderRes(ScenarioFailover, d.backend, d.design, d.kind, map[string]int{"rounds": 3}, 0.5, "ops")
+		res.Latency = Latency{Count: 3, P50: 1900 * time.Millisecond, P90: 2100 * time.Millisecond, P99: 2100 * time.Millisecond, Max: 2150 * time.Millisecond}
+		res.Failover = &Failover{TTL: 2 * time.Second, ExpirySlack: time.Second, Campaigners: 3, Rounds: 3}
+		r.Results = append(r.Results, res)
+	}
 	for _, b := range []string{"redis", "etcd"} {
 		res := renderRes(ScenarioHeldLocks, b, "locker", KindLocker, map[string]int{"locks": 10000}, 5000, "ops")
 		res.Memory = &Memory{Locks: 10000, HeapBytes: 18_432_000, BytesPerLock: 1843.2, Goroutines: 2}
@@ -302,6 +310,16 @@ func TestWriteText(t *testing.T) {
 	if line := renderRowOf(out, "redis", "locker", "9/10"); !strings.Contains(line, "5s") {
 		t.Errorf("recovery row = %q", line)
 	}
+	fo := out[strings.Index(out, "failover:"):strings.Index(out, "held-locks:")]
+	for _, head := range []string{"p50", "p90", "slowest", "ttl", "leaders killed"} {
+		if !strings.Contains(renderLine(fo, "backend  design"), head) {
+			t.Errorf("failover's header lacks %q:\n%s", head, fo)
+		}
+	}
+	if line := renderRowOf(fo, "etcd", "locker"); !strings.Contains(line, "1.9s") || !strings.Contains(line, "2.1s") || !strings.Contains(line, "2.15s") ||
+		!strings.Contains(line, " 2s ") || !strings.Contains(line, "x "+ElectionEtcd) {
+		t.Errorf("failover row = %q, want p50 1.9s, p90 2.1s, slowest 2.15s, ttl 2s and a ratio to %s", line, ElectionEtcd)
+	}
 	if line := renderRowOf(out, "etcd", "locker", "10,000"); !strings.Contains(line, "1.8 KiB") {
 		t.Errorf("held-locks row = %q, want 1.8 KiB per lock", line)
 	}
@@ -392,13 +410,13 @@ func TestRenderHTML(t *testing.T) {
 	r := renderTestReport()
 	_, _, page := renderAll(t, r)
 	renderCheckHTML(t, page, r)
-	for _, id := range []string{"chart-latency", "chart-throughput", "chart-hotkey-rate", "chart-hotkey-p50", "chart-recovery", "chart-memory", "chart-read-write", "chart-semaphore"} {
+	for _, id := range []string{"chart-latency", "chart-throughput", "chart-hotkey-rate", "chart-hotkey-p50", "chart-recovery", "chart-failover", "chart-memory", "chart-read-write", "chart-semaphore"} {
 		if !strings.Contains(page, `<svg id="`+id+`"`) {
 			t.Errorf("no chart %s", id)
 		}
 	}
-	if n := strings.Count(page, "<svg "); n != 8 {
-		t.Errorf("%d charts, want 8", n)
+	if n := strings.Count(page, "<svg "); n != 9 {
+		t.Errorf("%d charts, want 9", n)
 	}
 	for _, want := range []string{
 		"0.90x raw, 1.20x redsync", `<tr class="met">`, `<tr class="missed">`, `<tr class="unmeasured">`, `<tr class="failed">`,
@@ -602,6 +620,7 @@ func TestRenderOddValues(t *testing.T) {
 		{Scenario: ScenarioThroughput, Backend: "b", Design: "raw", Kind: KindRaw, PerSec: 10, Params: map[string]int{"clients": 4}},
 		{Scenario: ScenarioHotKey, Backend: "b", Design: "locker", Kind: KindLocker, PerSec: math.Inf(1), Fairness: &Fairness{MaxMin: math.NaN()}},
 		{Scenario: ScenarioRecovery, Backend: "b", Design: "locker", Kind: KindLocker, Recovery: &Recovery{}},
+		{Scenario: ScenarioFailover, Backend: "b", Design: "locker", Kind: KindLocker, Failover: &Failover{}},
 		{Scenario: ScenarioHeldLocks, Backend: "b", Design: "locker", Kind: KindLocker, Memory: &Memory{BytesPerLock: math.NaN()}},
 	}}
 	_, _, page := renderAll(t, r)

@@ -16,14 +16,15 @@ const (
 	ScenarioFreshKeys   = "fresh-keys"
 	ScenarioFanout      = "fanout"
 	ScenarioRecovery    = "recovery"
+	ScenarioFailover    = "failover"
 	ScenarioHeldLocks   = "held-locks"
 	ScenarioReadWrite   = "read-write"
 	ScenarioSemaphore   = "semaphore"
 )
 
 // Scenarios are every scenario, in run order.
-var Scenarios = []string{ScenarioUncontended, ScenarioThroughput, ScenarioHotKey, ScenarioFreshKeys, ScenarioFanout, ScenarioRecovery, ScenarioHeldLocks,
-	ScenarioReadWrite, ScenarioSemaphore}
+var Scenarios = []string{ScenarioUncontended, ScenarioThroughput, ScenarioHotKey, ScenarioFreshKeys, ScenarioFanout, ScenarioRecovery, ScenarioFailover,
+	ScenarioHeldLocks, ScenarioReadWrite, ScenarioSemaphore}
 
 // A Runner measures designs in scenarios and collects the results.
 type Runner struct {
@@ -40,6 +41,9 @@ type Runner struct {
 	// Holder runs the holders the recovery scenario kills; without it,
 	// the scenario is left out with a note.
 	Holder HolderCommand
+	// Campaigner runs the campaigners of the failover scenario; without
+	// it, the scenario is left out with a note.
+	Campaigner CampaignerCommand
 
 	step    int
 	plan    []time.Duration // how long each step measures, in run order

@@ -124,6 +124,7 @@ type deployment struct {
 	fencing bool
 	shared  bool // the backend admits shared holds
 	permits bool // and semaphores
+	values  bool // and stores values with holds (an election leader's)
 	ttl     time.Duration
 	slack   time.Duration
 	servers []*redisServer // those the engine started, for the scenarios that restart them
@@ -273,7 +274,7 @@ func (e *engine) prepare(ctx context.Context) error {
 			return fmt.Errorf("%s: the memory backend's locks live in one process; chaos needs holders in processes of their own (give a server backend)", locker.Redact(u))
 		}
 		d := &deployment{index: len(e.deps), backend: caps.Name, label: e.label(caps.Name), url: u, fencing: caps.Fencing,
-			shared: caps.Shared, permits: caps.Permits, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
+			shared: caps.Shared, permits: caps.Permits, values: caps.MaxValueLen > 0, ttl: max(e.o.TTL, caps.MinTTL), slack: caps.ExpirySlack}
 		e.deps = append(e.deps, d)
 		e.rep.Backends = append(e.rep.Backends, Backend{Name: d.label, URL: locker.Redact(u), Servers: bench.ServerVersions(ctx, caps.Name, u),
 			Fencing: d.fencing, Shared: d.shared, Permits: d.permits, TTL: d.ttl, ExpirySlack: d.slack})

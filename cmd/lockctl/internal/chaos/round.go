@@ -68,13 +68,21 @@ func (r *round) observe(client string, e event) {
 	defer r.mu.Unlock()
 	what := e.Ev
 	switch e.Ev {
-	case evGranted:
+	case evGranted, evElected:
 		r.endHold(client, e.At, "re-granted")
 		r.open[client] = len(r.holds)
 		h := Hold{Client: client, From: e.At, To: -1, Kind: e.Kind, Limit: e.Limit, Weight: e.Weight}
 		r.holds = append(r.holds, h)
 		r.res.grant(client, h.claim())
 		what = fmt.Sprintf("granted%s, fence %s", kindText(h), fenceText(e.Fence, e.Fenced))
+		if e.Ev == evElected {
+			what = fmt.Sprintf("elected leader, term %s, value %s", fenceText(e.Fence, e.Fenced), valueText(e.Value))
+		}
+	case evLeader:
+		what = "reads the leader: " + e.Err
+		if e.Err == "" {
+			what = fmt.Sprintf("reads the leader: term %s, token %s, value %s", fenceText(e.Fence, e.Fenced), orNone(e.Token), valueText(e.Value))
+		}
 	case evWrite:
 		w := r.res.write(client, e.Fence, e.At)
 		access := "write"
@@ -128,6 +136,21 @@ func kindText(h Hold) string {
 		return fmt.Sprintf(" %d of %d permits", h.Weight, h.Limit)
 	}
 	return ""
+}
+
+// valueText is a leader's value for the timeline.
+func valueText(v string) string {
+	if v == "" {
+		return "none"
+	}
+	return fmt.Sprintf("%q", v)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func fenceText(fence uint64, fenced bool) string {

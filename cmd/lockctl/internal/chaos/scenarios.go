@@ -116,6 +116,8 @@ var Scenarios = []*Scenario{
 		About: "two readers hold the key; one is killed (SIGKILL) and the other releases; a writer waits for the killed reader's share, which must come back within TTL + expiry slack"},
 	{Name: "kill-permit", Backends: serverBackends, Needs: needPermits, Bounded: true, Workers: 3, run: runKillPermit,
 		About: "a semaphore of 2 permits, both held; one holder is killed (SIGKILL); a third client waits for its permit, which must come back within TTL + expiry slack"},
+	{Name: "pause-leader", Backends: serverBackends, Violates: []string{"redlock"}, run: runPauseLeader,
+		About: "an election's leader (locker.Election) is paused (SIGSTOP) past its TTL; another campaigner is elected and writes with its term; the paused leader resumes and makes the write it had decided on, with its old term (Redlock mints no terms). Each reading of the leader must show the elected one's term, token and value"},
 }
 
 var serverBackends = []string{"redis", "redlock", "zookeeper", "etcd"}
@@ -684,4 +686,80 @@ func leaderFault(ctx context.Context, r *round, d *deployment, what string, faul
 		return r.release(ctx, b)
 	}
 	return r.takeAgain(ctx, b)
+}
+
+// runPauseLeader: A campaigns, leads and writes with its term; B reads
+// the leader (A); A is paused past its TTL; B is elected once A's
+// leadership has expired, writes with its term and reads the leader
+// (itself); A resumes and makes the write it had decided on, with its
+// old term, which a resource that checks terms refuses.
+func runPauseLeader(ctx context.Context, r *round, d *deployment) error {
+	ps, err := workers(ctx, r, "A", "B")
+	if err != nil {
+		return err
+	}
+	a, b := ps[0], ps[1]
+	ea, err := r.campaign(ctx, a, d)
+	if err != nil {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	if err := r.checkLeader(ctx, b, a, ea); err != nil {
+		return err
+	}
+	at := r.pause(a)
+	eb, err := r.campaign(ctx, b, d)
+	if err != nil {
+		return err
+	}
+	r.newHolder = eb.At - at
+	if _, err := r.write(ctx, b, true); err != nil {
+		return err
+	}
+	if err := r.checkLeader(ctx, b, b, eb); err != nil {
+		return err
+	}
+	a.send("write") // read when A resumes: the write it had decided on
+	a.signal(syscall.SIGCONT)
+	r.mark("A resumed (SIGCONT)")
+	if _, err := a.await(ctx, evWrite); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
+}
+
+// campaign has p campaign for the round's election with the round's TTL,
+// waiting up to an expiry, with its name as its value where the backend
+// stores values.
+func (r *round) campaign(ctx context.Context, p *proc, d *deployment) (event, error) {
+	wait := r.expiry(r.ttl)
+	cmd := fmt.Sprintf("campaign %v %v", r.ttl, wait)
+	if d.values {
+		cmd += " leader-" + p.name
+	}
+	return p.do(ctx, wait+10*time.Second, cmd, evElected)
+}
+
+// checkLeader has reader read the election's leader, which must be the
+// one elected (the event of its election): its term (where the backend
+// reports one), its token (where it stores tokens) and its value.
+func (r *round) checkLeader(ctx context.Context, reader, leader *proc, elected event) error {
+	e, err := reader.do(ctx, 10*time.Second, "leader", evLeader)
+	if err != nil {
+		return err
+	}
+	switch {
+	case e.Err != "":
+		return fmt.Errorf("%s read %q while %s led", reader.name, e.Err, leader.name)
+	case e.Fenced && (!elected.Fenced || e.Fence != elected.Fence):
+		return fmt.Errorf("%s read the leader's term as %d, but %s was elected with term %s: the backend's Inspect must report the holder's own fence",
+			reader.name, e.Fence, leader.name, fenceText(elected.Fence, elected.Fenced))
+	case e.Token != "" && e.Token != elected.Token:
+		return fmt.Errorf("%s read the leader's token as %s, but %s was elected with token %s", reader.name, e.Token, leader.name, elected.Token)
+	case e.Value != elected.Value:
+		return fmt.Errorf("%s read the leader's value as %s, but %s campaigned with %s", reader.name, valueText(e.Value), leader.name, valueText(elected.Value))
+	}
+	return nil
 }

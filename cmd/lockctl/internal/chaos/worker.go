@@ -32,6 +32,16 @@ import (
 //	                   for an exclusive hold, "shared" for a shared one,
 //	                   "limit=N" or "limit=N weight=W" for W (default 1)
 //	                   of a semaphore's N permits
+//	campaign TTL WAIT [VALUE]
+//	                   campaign for the leadership of the election named by
+//	                   the key (locker.Election), with VALUE if given, as
+//	                   acquire waits and retries; answers "elected", with
+//	                   the term as the fence, or "error". The leadership is
+//	                   the lock that write, write-if-held and release use
+//	                   (release resigns)
+//	leader             read the election's leader as the servers report it
+//	                   (Election.Leader); answers "leader" with its term,
+//	                   token and value, or with err "no leader"
 //	write              write to the resource with the lock's fence, whether
 //	                   or not the lock is still believed held: a write the
 //	                   holder decided on before it was paused, in flight
@@ -58,6 +68,8 @@ const (
 	evReleased = "released"
 	evError    = "error"
 	evFaulted  = "faulted"
+	evElected  = "elected"
+	evLeader   = "leader"
 )
 
 // event is one line of a worker's output.
@@ -72,6 +84,9 @@ type event struct {
 	Kind   string `json:"kind,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
 	Weight int    `json:"weight,omitempty"`
+	// Value, at an election and a reading of the leader, is the
+	// leader's value.
+	Value string `json:"value,omitempty"`
 	// Believes: at a write, whether the lock's Lost channel was still open.
 	Believes bool   `json:"believes,omitempty"`
 	Err      string `json:"err,omitempty"`
@@ -107,6 +122,8 @@ type server struct {
 	mu   sync.Mutex // serialises writes to enc
 	enc  *json.Encoder
 	lock locker.Lock
+	// elect is the election whose leadership lock is, after campaign.
+	elect *locker.Election
 }
 
 func (w *server) emit(e event) {
@@ -136,21 +153,35 @@ func (w *server) do(ctx context.Context, args []string) error {
 		}
 		w.emit(event{Ev: evFaulted})
 		return nil
+	case "campaign":
+		return w.campaign(ctx, args[1:])
+	case "leader":
+		return w.leader(ctx)
 	case "write", "write-if-held":
 		return w.write(args[0] == "write-if-held")
 	case "release":
-		if w.lock == nil {
-			return errors.New("release: no lock held")
-		}
-		err := w.lock.Release(ctx)
-		w.lock = nil
-		if err != nil {
-			return fmt.Errorf("release: %w", err)
-		}
-		w.emit(event{Ev: evReleased})
-		return nil
+		return w.release(ctx)
 	}
 	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// release releases the lock held, or resigns the leadership.
+func (w *server) release(ctx context.Context) error {
+	if w.lock == nil {
+		return errors.New("release: no lock held")
+	}
+	var err error
+	if w.elect != nil {
+		err = w.elect.Resign(ctx)
+	} else {
+		err = w.lock.Release(ctx)
+	}
+	w.lock, w.elect = nil, nil
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	w.emit(event{Ev: evReleased})
+	return nil
 }
 
 // acquire takes the key with the TTL args[0], waiting at most args[1],
@@ -177,15 +208,66 @@ func (w *server) acquire(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
-	w.lock = lock
 	fence, fenced := lock.Fence()
-	w.emit(event{Ev: evGranted, Fence: fence, Fenced: fenced, Token: lock.Token(), Kind: k.kind, Limit: k.limit, Weight: k.weight})
+	w.hold(lock, event{Ev: evGranted, Fence: fence, Fenced: fenced, Token: lock.Token(), Kind: k.kind, Limit: k.limit, Weight: k.weight})
+	return nil
+}
+
+// hold makes lock the worker's, reports e, and reports the lock's loss
+// when it comes.
+func (w *server) hold(lock locker.Lock, e event) {
+	w.lock = lock
+	w.emit(e)
 	go func() {
 		<-lock.Lost()
 		if err := lock.Err(); err != nil && !errors.Is(err, locker.ErrReleased) {
 			w.emit(event{Ev: evLost, Err: err.Error()})
 		}
 	}()
+}
+
+// campaign campaigns for the election named by the key with the TTL
+// args[0], waiting at most args[1], with the value args[2] if given.
+func (w *server) campaign(ctx context.Context, args []string) error {
+	if len(args) < 2 || len(args) > 3 {
+		return errors.New("campaign TTL WAIT [VALUE]: want two durations and perhaps a value")
+	}
+	ttl, err1 := time.ParseDuration(args[0])
+	wait, err2 := time.ParseDuration(args[1])
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	if w.lock != nil {
+		return errors.New("campaign: a lock is held already")
+	}
+	var value []byte
+	if len(args) == 3 {
+		value = []byte(args[2])
+	}
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	e := locker.NewElection(w.l, w.key, locker.WithTTL(ttl))
+	lead, err := retrying(actx, func() (locker.Lock, error) { return e.Campaign(actx, value) })
+	if err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	w.elect = e
+	term, termed := lead.Fence()
+	w.hold(lead, event{Ev: evElected, Fence: term, Fenced: termed, Token: lead.Token(), Value: string(value)})
+	return nil
+}
+
+// leader reports the election's leader as the servers have it.
+func (w *server) leader(ctx context.Context) error {
+	ldr, err := locker.NewElection(w.l, w.key).Leader(ctx)
+	switch {
+	case errors.Is(err, locker.ErrNoLeader):
+		w.emit(event{Ev: evLeader, Err: "no leader"})
+		return nil
+	case err != nil:
+		return fmt.Errorf("leader: %w", err)
+	}
+	w.emit(event{Ev: evLeader, Fence: ldr.Term, Fenced: ldr.Termed, Token: ldr.Token, Value: string(ldr.Value)})
 	return nil
 }
 
@@ -193,8 +275,13 @@ func (w *server) acquire(ctx context.Context, args []string) error {
 // down, a failover under way) until ctx ends, as an application that
 // needs the lock would; it returns the last error.
 func acquireRetrying(ctx context.Context, l locker.Locker, key string, opts []locker.Option) (locker.Lock, error) {
+	return retrying(ctx, func() (locker.Lock, error) { return l.Acquire(ctx, key, opts...) })
+}
+
+// retrying calls take until it succeeds, fails for good or ctx ends.
+func retrying(ctx context.Context, take func() (locker.Lock, error)) (locker.Lock, error) {
 	for {
-		lock, err := l.Acquire(ctx, key, opts...)
+		lock, err := take()
 		if err == nil || ctx.Err() != nil || permanent(err) {
 			return lock, err
 		}
