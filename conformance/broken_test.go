@@ -348,8 +348,8 @@ func TestBrokenBackendsFail(t *testing.T) {
 
 // wantCaught checks that Check fails the backend of h, described by what
 // ("a backend whose ..."), and that each of the cases caught is among
-// those that failed.
-func wantCaught(t *testing.T, h conformance.Harness, what string, caught []string) {
+// those that failed; it returns the report.
+func wantCaught(t *testing.T, h conformance.Harness, what string, caught []string) conformance.Report {
 	t.Helper()
 	rep, err := conformance.Check(context.Background(), h)
 	if err == nil {
@@ -365,6 +365,7 @@ func wantCaught(t *testing.T, h conformance.Harness, what string, caught []strin
 			t.Errorf("case %s did not catch %s (failed: %v)", name, what, failed)
 		}
 	}
+	return rep
 }
 
 // coldDriver fails its client's first attempts, as a Redlock node whose

@@ -47,6 +47,13 @@ var cases = []Case{
 	{"crashed-shared-holder", "A shared holder, or a semaphore's permit holder, cut off without releasing frees its share within TTL + ExpirySlack, and its own Lost closes", caseCrashedSharedHolder},
 	{"cancelled-writer", "A queued writer whose Acquire is cancelled leaves the queue at once: a reader waiting behind it is admitted while the earlier reader still holds the key", caseCancelledWriter},
 	{"kind-mismatch", "A request that disagrees with the key's holders fails with ErrKindMismatch (another limit, a shared or exclusive hold on a semaphore's key, a permit on a read/write lock's), and once they are gone the key takes any kind", caseKindMismatch},
+	{"values", "A hold's value (WithValue) is what Inspect reports, for each holder; SetValue replaces it and an empty one removes it, up to Capabilities.MaxValueLen bytes, and a longer one fails with ErrInvalidValue; a stale holder's SetValue (its lock released by force and the key taken again) returns ErrNotHeld and leaves the new holder's value", caseValues},
+	{"reentrancy", "Under WithOwner, an Acquire of a key its owner holds through the same Locker returns at once with a new handle on the same hold (token and fence shared, HoldCount counting), and the key stays held until the last handle is released; another owner, no owner, and the same owner through another Locker are refused", caseReentrancy},
+	{"election-one-leader", "Elections of independent clients campaigning on one name lead one at a time: no Campaign returns while another leader's leadership lasts (its Lost open), and each leads in turn as the others resign", caseElectionOneLeader},
+	{"election-terms", "Where Capabilities.Fencing is true, each new leader's term (its Lock's Fence) exceeds every earlier leader's, and while it leads Leader reports that term with its value and token, also after Proclaim", caseElectionTerms},
+	{"election-resign", "Resign hands the leadership over at once to a campaigner waiting for it, not once the TTL runs out; the resigned leader's Lost closes, its Proclaim fails with ErrNotHeld, and Leader reports the new leader", caseElectionResign},
+	{"election-observe", "Observe reports every change of leader and of value in order, from the backend's notices rather than a timer, when each change waits for the report of the one before; of a run of fast changes it reports some in order, terms never going back, ending with the last", caseElectionObserve},
+	{"election-crashed-leader", "A leader cut off without resigning is replaced by a waiting campaigner within TTL + ExpirySlack, its own Lost closes, and an observer reports the new leader", caseElectionCrashedLeader},
 }
 
 func isClosed(ch <-chan struct{}) bool {

@@ -6,7 +6,14 @@
 // holds and semaphores: at most n permits held, readers together and
 // writers alone, admission in queue order where FIFO is claimed, fences in
 // grant order across kinds, crashed holders' shares freed, a cancelled
-// writer unblocking the readers behind it, and disagreeing kinds refused.
+// writer unblocking the readers behind it, and disagreeing kinds refused;
+// and values stored with holds (Capabilities.MaxValueLen), reentrant
+// owners (locker.WithOwner), and elections: one leader at a time, terms
+// in order where the backend fences, resignation handing over at once,
+// observers seeing every change in order, and a crashed leader replaced
+// within its TTL. A case that needs what the backend does not claim
+// (fencing, values, an inspector for Leader and Observe) is skipped,
+// naming it.
 //
 // In a test, run the suite against a harness that makes independent
 // clients:

@@ -48,8 +48,9 @@ func byKind(t *T, shared, permits func(*T)) {
 // can watch it wait.
 type pending struct {
 	name   string
+	op     string // the call: "Acquire", "Campaign"
 	cancel context.CancelFunc
-	done   chan struct{} // closed once Acquire returned
+	done   chan struct{} // closed once the call returned
 	// Set before done is closed.
 	lk  locker.Lock
 	err error
@@ -61,12 +62,19 @@ type pending struct {
 // ends, its cleanup cancels the call, waits for it, and releases what it
 // got.
 func (t *T) startAcquire(name string, l locker.Locker, key string, opts ...locker.Option) *pending {
-	ctx, cancel := context.WithCancel(t.ctx)
-	p := &pending{name: name, cancel: cancel, done: make(chan struct{})}
 	opts = append([]locker.Option{locker.WithTTL(t.LongTTL())}, opts...)
+	return t.startCall(name, "Acquire", func(ctx context.Context) (locker.Lock, error) { return l.Acquire(ctx, key, opts...) })
+}
+
+// startCall runs call, the op (an Acquire, a Campaign) of name, on a
+// goroutine of its own. When the case ends, its cleanup cancels the
+// call, waits for it, and releases what it got.
+func (t *T) startCall(name, op string, call func(ctx context.Context) (locker.Lock, error)) *pending {
+	ctx, cancel := context.WithCancel(t.ctx)
+	p := &pending{name: name, op: op, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.lk, p.err = l.Acquire(ctx, key, opts...)
+		p.lk, p.err = call(ctx)
 		p.at = time.Now()
 	}()
 	t.Cleanup(func() {
@@ -79,10 +87,10 @@ func (t *T) startAcquire(name string, l locker.Locker, key string, opts ...locke
 	return p
 }
 
-// returned reports whether p's Acquire has returned.
+// returned reports whether p's call has returned.
 func (p *pending) returned() bool { return isClosed(p.done) }
 
-// outcome says how p's Acquire ended, once it has.
+// outcome says how p's call ended, once it has.
 func (p *pending) outcome() string {
 	if p.err != nil {
 		return "failed: " + p.err.Error()
@@ -90,15 +98,15 @@ func (p *pending) outcome() string {
 	return "got the key"
 }
 
-// await waits up to d for p's Acquire to get the key and returns the
+// await waits up to d for p's call to get the key and returns the
 // lock, or fails the case, saying why it should have got the key by
 // then, and ends the calling goroutine.
 func (t *T) await(p *pending, d time.Duration, why string) locker.Lock {
 	if !t.ClosedWithin(p.done, d) {
-		t.Fatalf("%s: %s's Acquire did not return within %v", why, p.name, d)
+		t.Fatalf("%s: %s's %s did not return within %v", why, p.name, p.op, d)
 	}
 	if p.err != nil {
-		t.Fatalf("%s: %s's Acquire: %v", why, p.name, p.err)
+		t.Fatalf("%s: %s's %s: %v", why, p.name, p.op, p.err)
 	}
 	return p.lk
 }
@@ -117,6 +125,10 @@ type queueing struct {
 	l     locker.Locker // the client that asks
 	key   string
 	blind bool // the backend cannot tell: the case waited blindly
+	// blindWait, if set, replaces blindQueueWait: for a case that holds
+	// whether or not its clients queued in time, and only checks more
+	// where they did.
+	blindWait time.Duration
 }
 
 // until waits until the servers report at least n waiters on the key, or
@@ -150,9 +162,9 @@ func (q *queueing) until(n int, ps ...*pending) {
 			}
 		}
 		if q.blind {
-			// Sleep out blindQueueWait in steps, to notice a client that
+			// Sleep out the blind wait in steps, to notice a client that
 			// was admitted instead of queueing.
-			for end := time.Now().Add(blindQueueWait); time.Now().Before(end); {
+			for end := time.Now().Add(q.blindFor()); time.Now().Before(end); {
 				if anyReturned() || t.ClosedWithin(t.ctx.Done(), 10*time.Millisecond) {
 					break
 				}
@@ -168,13 +180,22 @@ func (q *queueing) until(n int, ps ...*pending) {
 	}
 }
 
+// blindFor is how long the case waits for a client to queue where the
+// backend cannot list its waiters.
+func (q *queueing) blindFor() time.Duration {
+	if q.blindWait > 0 {
+		return q.blindWait
+	}
+	return blindQueueWait
+}
+
 // note is what a failure message adds when the case could not see its
 // clients queue.
 func (q *queueing) note() string {
 	if !q.blind {
 		return ""
 	}
-	return fmt.Sprintf(" (the backend cannot list its waiters: the case gave each waiter %v to queue)", blindQueueWait)
+	return fmt.Sprintf(" (the backend cannot list its waiters: the case gave each waiter %v to queue)", q.blindFor())
 }
 
 // holdFence returns lk's fence, or fails the case and ends the calling

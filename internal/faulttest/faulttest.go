@@ -15,7 +15,12 @@
 //   - cancels Acquire at random moments;
 //   - closes Lockers while calls wait on them, and opens replacements;
 //   - panics inside locker.Do (recovered by the run), and uses Do
-//     normally too.
+//     normally too;
+//   - campaigns in elections (locker.NewElection: Campaign, Proclaim,
+//     Resign) on the keys that admit an exclusive hold;
+//   - takes keys under reentrant owners (locker.WithOwner): an owner's
+//     first Acquire, then one or two more handles on its hold through
+//     the same Locker, released in a random order.
 //
 // The keys are of three uses, in turn: a mutex (exclusive holds only), a
 // read/write lock (shared holds and exclusive ones) where the backend
@@ -29,19 +34,25 @@
 // promise:
 //
 //   - the beliefs held at once on one key fit it: an exclusive belief
-//     overlaps no other, shared beliefs overlap one another only, and a
-//     semaphore's overlapping beliefs take at most its limit of permits
-//     together. A belief starts when Acquire returned (or Do called fn)
+//     overlaps no other (a leader's is one: one leader belief at a time),
+//     shared beliefs overlap one another only, and a semaphore's
+//     overlapping beliefs take at most its limit of permits together. A
+//     belief starts when Acquire or Campaign returned (or Do called fn)
 //     and ends at Lock.Until read after Lost closed: the lock's own
 //     validity deadline, not the moment a goroutine noticed Lost, so that
-//     scheduling lag on a loaded machine is no false alarm;
+//     scheduling lag on a loaded machine is no false alarm. The handles
+//     of a reentrant owner's hold are one belief, from the first
+//     handle's start to the hold's end;
+//   - an owner's further handles on a hold it holds are granted at once,
+//     and releasing all of them but the last leaves the hold held;
 //   - where the backend fences, fences increase strictly in grant order,
-//     across kinds. The oracle knows that a was granted before b when
-//     they cannot be held together (an exclusive belief and any other,
-//     two permits that exceed the limit together) and a's belief started
-//     first, or when a's fence was in hand before b's Acquire was called
-//     (shared holds and permits that fit together may be granted in
-//     another order than their Acquire calls return). A fence is
+//     across kinds (a leader's fence is its term), and the handles of one
+//     hold share its fence. The oracle knows that a was granted before b
+//     when they cannot be held together (an exclusive belief and any
+//     other, two permits that exceed the limit together) and a's belief
+//     started first, or when a's fence was in hand before b's Acquire was
+//     called (shared holds and permits that fit together may be granted
+//     in another order than their Acquire calls return). A fence is
 //     asked for right after the acquisition, as a writer to a fenced
 //     resource asks for it, by about half of the clients (a backend may
 //     mint fences on demand, and the other half checks that path); a
@@ -549,10 +560,10 @@ func closed(ch <-chan struct{}) bool {
 
 // summaryOrder lists the counts Summary shows first, in this order.
 var summaryOrder = []string{
-	"acquire", "try", "do", "check", "shared", "permit", "shared.together", "permits.together", "lost",
+	"acquire", "try", "do", "campaign", "reenter", "reenter.handle", "check", "shared", "permit", "shared.together", "permits.together", "lost",
 	"acquire.cancelled", "acquire.closed", "acquire.error", "try.busy", "try.error", "do.cancelled", "do.closed", "do.error", "do.panic",
 	"refresh.ok", "refresh.pair", "refresh.unknown", "refresh.notheld", "refresh.closed",
-	"release.ok", "release.notheld", "release.unknown",
+	"release.ok", "release.notheld", "release.unknown", "proclaim.ok", "resign.ok",
 }
 
 // Summary formats the counts on one line: acquisitions by how, losses
@@ -722,12 +733,16 @@ func (w *worker) loop(ctx context.Context) {
 		i := w.rng.IntN(len(w.r.keys))
 		rq := request{key: w.r.keys[i], claim: w.claim(w.r.uses[i])}
 		switch x := w.rng.Float64(); {
-		case x < 0.35:
+		case x < 0.30:
 			w.acquire(ctx, p, rq, true)
-		case x < 0.65:
+		case x < 0.55:
 			w.acquire(ctx, p, rq, false)
-		default:
+		case x < 0.80:
 			w.do(ctx, p, rq)
+		case x < 0.90:
+			w.campaign(ctx, p, rq)
+		default:
+			w.reenter(ctx, p, rq)
 		}
 		sleep(ctx, uniform(w.rng, 0, w.r.shortest()/10))
 	}
@@ -983,6 +998,8 @@ func (w *worker) hold(ctx context.Context, b *belief) {
 			d, err := lk.TTL(tctx)
 			cancel()
 			b.note(w.r, "ttl %v, %v", d, err)
+		case x < 0.9 && b.election != nil:
+			w.proclaim(ctx, b)
 		}
 	}
 }
@@ -1061,6 +1078,14 @@ type belief struct {
 	how   string
 	claim backend.Claim // what the client asked for
 	lock  locker.Lock
+	// election is the Election whose leadership lock is (how "campaign").
+	election *locker.Election
+	// owner is the owner (locker.WithOwner) whose handle lock is; its
+	// handles on one hold are one belief (handles counts them) once the
+	// oracle has merged them.
+	owner   string
+	handles int
+
 	began time.Time // when Acquire (or Do) was called
 	start time.Time
 	end   time.Time // set by check
@@ -1092,7 +1117,18 @@ type oracle struct {
 // add records the belief of p, which asked for claim of key at began
 // and got lk.
 func (o *oracle) add(p *proc, key, how string, claim backend.Claim, began time.Time, lk locker.Lock) *belief {
-	b := &belief{proc: p, key: key, how: how, claim: claim, lock: lk, began: began, start: time.Now()}
+	return o.record(&belief{proc: p, key: key, how: how, claim: claim, lock: lk, began: began, start: time.Now(), handles: 1})
+}
+
+// addOwned records the belief of p's owner, which asked for claim of key
+// at began and got lk, a handle on its hold.
+func (o *oracle) addOwned(p *proc, key, owner string, claim backend.Claim, began time.Time, lk locker.Lock) *belief {
+	return o.record(&belief{proc: p, key: key, how: "reenter", owner: owner, claim: claim, lock: lk, began: began, start: time.Now(), handles: 1})
+}
+
+// record records b, whose lock was just acquired.
+func (o *oracle) record(b *belief) *belief {
+	p, how, claim, lk := b.proc, b.how, b.claim, b.lock
 	b.note(o.r, "%s %s returned; until %s", how, claimText(claim), o.r.at(lk.Until()))
 	switch claim.Kind {
 	case backend.Shared:
@@ -1139,14 +1175,24 @@ func (o *oracle) check() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	byKey := map[string][]*belief{}
+	holds := map[heldBy]*belief{} // an owner's handles, merged into the first
 	for _, b := range o.beliefs {
 		if !closed(b.lock.Lost()) {
 			continue // closeProc reported it
 		}
 		b.end = b.lock.Until()
-		if b.end.After(b.start) { // an empty belief claims nothing
-			byKey[b.key] = append(byKey[b.key], b)
+		if !b.end.After(b.start) { // an empty belief claims nothing
+			continue
 		}
+		if b.owner != "" {
+			by := heldBy{b.proc, b.owner, b.key, b.lock.Token()}
+			if first := holds[by]; first != nil {
+				o.merge(first, b)
+				continue
+			}
+			holds[by] = b
+		}
+		byKey[b.key] = append(byKey[b.key], b)
 	}
 	for _, key := range o.r.keys {
 		bs := byKey[key]
@@ -1163,6 +1209,35 @@ func (o *oracle) check() {
 			active = append(active, b)
 		}
 	}
+}
+
+// heldBy names an owner's hold: its handles are one holder.
+type heldBy struct {
+	proc       *proc
+	owner, key string
+	token      string
+}
+
+// merge makes first, an owner's first handle on a hold, stand for the
+// hold with b, another handle on it: the owner believed it held the key
+// from the first handle's start to the hold's end (all handles share
+// Lost and Until), and the handles share the hold's fence.
+func (o *oracle) merge(first, b *belief) {
+	if b.fenced && first.fenced && b.fence != first.fence {
+		o.r.violate("key %q: handles on one hold report the fences %d and %d: %s", first.key, first.fence, b.fence, o.pair(first, b))
+	}
+	if b.fenced && (!first.fenced || b.fencedAt.Before(first.fencedAt)) {
+		first.fence, first.fenced, first.fencedAt = b.fence, true, b.fencedAt
+	}
+	first.began, first.start, first.end = earlier(first.began, b.began), earlier(first.start, b.start), later(first.end, b.end)
+	first.handles++
+	b.mu.Lock()
+	events := b.events
+	b.mu.Unlock()
+	first.mu.Lock()
+	first.events = append(first.events, fmt.Sprintf("handle %d (token %.8s):", first.handles, b.lock.Token()))
+	first.events = append(first.events, events...)
+	first.mu.Unlock()
 }
 
 // checkFits checks that b fits key beside the beliefs active as it
@@ -1191,7 +1266,12 @@ func (o *oracle) checkFits(key string, active []*belief, b *belief) {
 			continue
 		}
 		what := "two clients believed they held it at once"
-		if a.claim.Kind != b.claim.Kind {
+		switch {
+		case a.how == "campaign" && b.how == "campaign":
+			what = "two clients believed they led at once"
+		case a.how == "campaign" || b.how == "campaign":
+			what = "a client believed it led while another believed it held the key"
+		case a.claim.Kind != b.claim.Kind:
 			what = "a client believed it held it shared while another believed it held it exclusively"
 		}
 		o.r.violate("key %q: %s: %s, overlap %v", key, what, o.pair(a, b), earlier(a.end, b.end).Sub(b.start))
@@ -1221,6 +1301,9 @@ func (o *oracle) checkFence(key string, fenced []*belief, b *belief) {
 
 func (o *oracle) describe(b *belief) string {
 	s := fmt.Sprintf("%s (%s %s, token %.8s", b.proc.name, b.how, claimText(b.claim), b.lock.Token())
+	if b.owner != "" {
+		s += fmt.Sprintf(", owner %q with %d handle(s)", b.owner, b.handles)
+	}
 	if b.fenced {
 		s += fmt.Sprintf(", fence %d", b.fence)
 	}

@@ -101,3 +101,52 @@ func TestOracleCatchesKindFlaws(t *testing.T) {
 		}
 	}
 }
+
+// TestOracleCatchesElectionAndOwnerFlaws: the oracle's checks of
+// campaigns and of reentrant owners are not vacuous. A run reports two
+// leaders at once on a backend whose mutex admits two holders, an owner
+// refused a second handle on a Locker that ignores owners, and a hold
+// gone before its last handle's release on a Locker whose every handle
+// releases the hold (package flawed).
+func TestOracleCatchesElectionAndOwnerFlaws(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	tests := []struct {
+		name  string
+		flaws flawed.Flaw
+		wrap  func(locker.Locker) locker.Locker
+		want  string
+	}{
+		{"a mutex admits two holders", flawed.TwoExclusive, nil, " led "},
+		{"owners are not reentrant", 0, flawed.NotReentrant, "of another handle through the same Locker failed"},
+		{"the first handle released releases the hold", 0, flawed.ReleasesAll, "and the hold went"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store := memstore.NewStore()
+			quiet := &locker.Config{Logger: slog.New(slog.DiscardHandler)}
+			rep, err := faulttest.Run(context.Background(), faulttest.Config{
+				Open: func(context.Context) (*faulttest.Client, error) {
+					d := memstore.NewDriver(store)
+					l := locker.New(flawed.New(d, tt.flaws), quiet)
+					if tt.wrap != nil {
+						l = tt.wrap(l)
+					}
+					return &faulttest.Client{Locker: l, Crash: d.Crash}, nil
+				},
+				Seed:     1,
+				Duration: 2 * time.Second,
+				TTLs:     []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second},
+				// More workers than by default: more campaigns and
+				// owners in the short run.
+				Workers: 8,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(rep.Violations, func(v string) bool { return strings.Contains(v, tt.want) }) {
+				t.Errorf("a run where %s reported no violation saying %q; it found: %q (%s)", tt.name, tt.want, rep.Violations, rep.Summary())
+			}
+		})
+	}
+}
