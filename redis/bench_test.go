@@ -205,9 +205,14 @@ func BenchmarkTurns(b *testing.B) {
 //   - "scripts": the mutex's commands once fences are asked for,
 //     acquire.lua (SET NX PX and the fence's mint), then release.lua;
 //   - "hash-fenced": hold.lua with the fence minted, then
-//     hold_release.lua.
+//     hold_release.lua;
+//   - "valued": what an exclusive hold with a value costs (WithValue):
+//     hold.lua for an exclusive hold with a 16-byte value, its fence
+//     minted and its grant published, then release.lua, which finds the
+//     hold in the hash after its GET failed.
 //
-// Read "hash/setnx" and "hash-fenced/scripts".
+// Read "hash/setnx" and "hash-fenced/scripts"; "valued/scripts" is what a
+// value costs a holder that fences.
 func BenchmarkExclusiveHash(b *testing.B) {
 	url := testenv.Get(b, testenv.RedisURL)
 	c := goredis.NewClient(&goredis.Options{Addr: hostOf(b, url)})
@@ -218,6 +223,7 @@ func BenchmarkExclusiveHash(b *testing.B) {
 		benchkit.Design{Name: "hash", Op: redis.HoldOp(c, "bench-hash-hash", false)},
 		benchkit.Design{Name: "scripts", Op: redis.ScriptsOp(c, "bench-hash-scripts")},
 		benchkit.Design{Name: "hash-fenced", Op: redis.HoldOp(c, "bench-hash-fenced", true)},
+		benchkit.Design{Name: "valued", Op: redis.ValuedOp(c, "bench-hash-valued")},
 	)
 }
 

@@ -14,13 +14,15 @@ import (
 
 // Names on the server. A lock key K is stored as "locker:{k:K}" and its
 // fence counter as "locker:{k:K}:fence"; releases are published on
-// "locker:{k:K}:released". The hash tag {k:...} keeps the key and its
+// "locker:{k:K}:released", grants and new values on
+// "locker:{k:K}:changed". The hash tag {k:...} keeps the key and its
 // counter in one Cluster slot whatever K contains, and its "k:" start
 // keeps the tag non-empty even when K begins with "}". No two lock names
 // map to the same key: lock keys end in "}", the others do not.
 func lockKey(k string) string      { return "locker:{k:" + k + "}" }
 func fenceKey(k string) string     { return lockKey(k) + ":fence" }
 func channelOf(lkey string) string { return lkey + ":released" } // of the server key
+func changedOf(lkey string) string { return lkey + ":changed" }  // of the server key
 
 // fenceLifetime is how long a key's fence counter outlives its last
 // acquisition. After that the counter is gone and the server clock (in
@@ -65,6 +67,8 @@ func (d *driver) Capabilities() backend.Capabilities {
 		// the package doc.
 		Shared:  true,
 		Permits: true,
+		// Values live in the hash of holders; see the package doc.
+		MaxValueLen: redisconn.MaxValueLen,
 		// Redis keeps TTLs in milliseconds and expires keys lazily on access
 		// and in a background sweep; an access (every acquire attempt
 		// touches the key) expires it at once.
@@ -88,10 +92,11 @@ func (d *driver) Close() error {
 // TryAcquire takes the key for an exclusive hold with SET NX PX
 // (redisconn.Take), minting no fence (it is minted when asked for,
 // MintFence), or, once a lock of this Locker was asked for its fence, with
-// the acquire script, which mints it. A shared or permit hold is taken by
-// redisconn.Hold, which mints its fence with it.
+// the acquire script, which mints it. A shared or permit hold, and an
+// exclusive hold with a value, is taken by redisconn.Hold, which mints
+// its fence with it.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
-	if req.Kind != backend.Exclusive {
+	if req.Kind != backend.Exclusive || len(req.Value) > 0 {
 		return d.acquireHold(ctx, req)
 	}
 	if d.wantFence.Load() {
@@ -112,13 +117,15 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	return backend.Acquisition{Held: &held{d: d, key: req.Key, lkey: key, token: req.Token}, Start: start}, nil
 }
 
-// acquireHold takes a shared or permit hold, and its fence, in one script
-// call.
+// acquireHold takes a hold kept in the key's hash of holders (a shared or
+// permit hold, or an exclusive hold with a value), its fence and its
+// value, in one script call.
 func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	start := time.Now()
 	key := lockKey(req.Key)
 	g, err := redisconn.Hold(ctx, d.c, redisconn.HoldRequest{Key: key, Token: req.Token, TTL: req.TTL,
-		Claim: backend.ClaimOf(req), FenceKey: fenceKey(req.Key), FenceLife: fenceLifetime})
+		Claim: backend.ClaimOf(req), Value: req.Value, FenceKey: fenceKey(req.Key), FenceLife: fenceLifetime,
+		Channel: changedOf(key)})
 	switch {
 	case err != nil:
 		return backend.Acquisition{}, d.abandon(req, err)
@@ -136,7 +143,7 @@ func (d *driver) acquireFenced(ctx context.Context, req backend.Request) (backen
 	start := time.Now()
 	key := lockKey(req.Key)
 	v, err := d.c.Eval(ctx, acquireScript, []string{key, fenceKey(req.Key)},
-		req.Token, redisconn.Millis(req.TTL), fenceLifetimeArg)
+		req.Token, redisconn.Millis(req.TTL), fenceLifetimeArg, changedOf(key))
 	if err != nil {
 		return backend.Acquisition{}, d.abandon(req, err)
 	}
@@ -189,21 +196,28 @@ type held struct {
 	lkey  string // its key on the server, lockKey(key)
 	token string
 	kind  backend.Kind
-	fence uint64 // a shared or permit hold's, minted with it
+	// fence is the fence minted with a hold taken in the hash of holders
+	// (a shared or permit hold, an exclusive hold with a value); 0 for a
+	// mutex's hold taken without a value.
+	fence uint64
+	// versions counts the SetValue calls: the value taken with the hold
+	// is version 1, the n-th SetValue's version n + 1.
+	versions atomic.Uint64
 }
 
 // MintFence implements backend.FenceMinter: the fence of an exclusive lock
-// taken without one, minted by the acquire script while the lock is ours.
-// From now on this Locker's acquisitions mint their fence as they take
-// the lock: a program that asks for one fence asks for them all. A shared
-// or permit hold has its fence from its grant, and package locker does
+// taken without one, minted by the acquire script while the lock is ours
+// (in either form: SetValue may have moved it into a hash). From now on
+// this Locker's acquisitions mint their fence as they take the lock: a
+// program that asks for one fence asks for them all. A hold taken in the
+// hash of holders has its fence from its grant, and package locker does
 // not ask for it here.
 func (h *held) MintFence(ctx context.Context) (uint64, error) {
-	if h.kind != backend.Exclusive {
+	if h.fence != 0 {
 		return h.fence, nil
 	}
 	h.d.wantFence.Store(true)
-	v, err := h.d.c.Eval(ctx, acquireScript, []string{h.lkey, fenceKey(h.key)}, h.token, "", fenceLifetimeArg)
+	v, err := h.d.c.Eval(ctx, acquireScript, []string{h.lkey, fenceKey(h.key)}, h.token, "", fenceLifetimeArg, "")
 	if err != nil {
 		return 0, err
 	}

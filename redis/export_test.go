@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -44,7 +45,7 @@ func ScriptsOp(c *goredis.Client, key string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		n++
 		token := fmt.Sprint("scripts-", n)
-		if _, err := conn.Eval(ctx, acquireScript, []string{lockKey(key), fenceKey(key)}, token, int64(30000), redisconn.Millis(fenceLifetime)); err != nil {
+		if _, err := conn.Eval(ctx, acquireScript, []string{lockKey(key), fenceKey(key)}, token, int64(30000), redisconn.Millis(fenceLifetime), changedOf(lockKey(key))); err != nil {
 			return err
 		}
 		_, err := conn.Eval(ctx, redisconn.ReleaseScript, []string{lockKey(key)}, token, channelOf(lockKey(key)))
@@ -93,4 +94,40 @@ func HoldOp(c *goredis.Client, key string, fenced bool) func(context.Context) er
 		_, err = conn.Eval(ctx, redisconn.HoldReleaseScript, []string{lockKey(key)}, req.Token, channelOf(lockKey(key)))
 		return err
 	}
+}
+
+// ValuedOp is the protocol of an exclusive hold with a value, without the
+// Locker: hold.lua for an exclusive hold with a 16-byte value, minting
+// its fence and publishing the grant, then release.lua, whose GET fails
+// on the hash and which releases the hold there, on key through c, for
+// BenchmarkExclusiveHash.
+func ValuedOp(c *goredis.Client, key string) func(context.Context) error {
+	conn := redisconn.NewGoRedis(c, false)
+	req := redisconn.HoldRequest{Key: lockKey(key), TTL: 30 * time.Second, Claim: backend.Claim{Kind: backend.Exclusive},
+		Value: []byte("host-a.example:1"), FenceKey: fenceKey(key), FenceLife: fenceLifetime, Channel: changedOf(lockKey(key))}
+	var n int
+	return func(ctx context.Context) error {
+		n++
+		req.Token = fmt.Sprint("valued-", n)
+		g, err := redisconn.Hold(ctx, conn, req)
+		if err != nil {
+			return err
+		}
+		if !g.Taken {
+			return fmt.Errorf("valued: key %s busy: %+v", key, g)
+		}
+		released, err := redisconn.EvalInt(ctx, conn, redisconn.ReleaseScript, []string{lockKey(key)}, req.Token, channelOf(lockKey(key)))
+		if err == nil && released != 1 {
+			err = fmt.Errorf("valued: release of %s found no hold", key)
+		}
+		return err
+	}
+}
+
+// NewDriver returns the driver a Locker on c runs, for the tests of its
+// Observer; the test's end closes it (not c).
+func NewDriver(t testing.TB, c *goredis.Client) backend.Driver {
+	d := newDriver(redisconn.NewGoRedis(c, false), slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { d.Close() })
+	return d
 }

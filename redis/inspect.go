@@ -13,19 +13,26 @@ import (
 var _ backend.Inspector = (*driver)(nil)
 
 // Inspect implements backend.Inspector with one script call that reads the
-// lock key (its token and PTTL) and the fence counter together. The
-// counter holds the last fence minted and the token of the lock it was
-// minted for: the holder's fence when that token is the holder's. A holder
-// that has not asked for its fence yet has none (see Performance in the
-// package doc); the counter then holds a predecessor's. It expires 24
-// hours after the last mint, and then the last fence is unknown. Waiters
-// are not counted: they wait for release notices, and nothing on the
-// server lists them.
+// lock key (its token and PTTL, or its hash of holders) and the fence
+// counter together. Waiters are not counted: they wait for release
+// notices, and nothing on the server lists them.
 //
-// A key of shared or permit holds lists every holder in Holds, with its
-// kind, token, weight (a permit's), fence and remaining TTL, in grant
-// order (by fence, minted with each grant); the Holder's own fields
-// describe the first. An exclusive holder is the one entry of Holds.
+// A mutex's holder without a value (a string key) is the one entry of
+// Holds. The counter holds the last fence minted and the token of the
+// lock it was minted for: the holder's fence when that token is the
+// holder's, and then Fence is its Lock.Fence. A holder that has not asked
+// for its fence yet has none (see Performance in the package doc), nor
+// does a counter that names no token (written by a version that did not
+// store it), nor one that expired 24 hours after its last mint: Fenced is
+// then false, never a predecessor's fence.
+//
+// A hash of holders lists every holder in Holds, with its kind, token,
+// value, weight (a permit's), fence and remaining TTL, in grant order (by
+// fence, minted with each grant); the Holder's own fields describe the
+// first. An exclusive holder with a value is its one entry, with the
+// fence minted for it: at its grant, or, for a mutex's hold that SetValue
+// moved there, the one it had (Fenced false when it had none yet, until
+// it asks).
 //
 // Detail: "key" and "fence key", the server keys; "last fence", the
 // counter's, when it is not the holder's (a free key, a holder that has
@@ -37,12 +44,10 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 		return backend.Holder{}, err
 	}
 	h := backend.Holder{Detail: map[string]string{"key": lockKey(key), "fence key": fenceKey(key)}}
-	if st.Kind != backend.Exclusive {
+	if len(st.Holds) > 0 {
 		return holdsOf(h, st), nil
 	}
-	// A counter that names no token predates minting on demand: it was
-	// minted with the acquisition, the holder's.
-	holders := st.Token != "" && st.Fenced && (st.Minter == st.Token || st.Minter == "")
+	holders := st.Token != "" && st.Fenced && st.Minter == st.Token
 	if st.Fenced && !holders {
 		h.Detail["last fence"] = strconv.FormatUint(st.Fence, 10)
 	}
@@ -58,24 +63,21 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 	return h, nil
 }
 
-// holdsOf fills in h from st, a key of shared or permit holds.
+// holdsOf fills in h from st, a hash of holders.
 func holdsOf(h backend.Holder, st redisconn.KeyState) backend.Holder {
-	if st.Fenced {
-		h.Detail["last fence"] = strconv.FormatUint(st.Fence, 10)
-	}
-	if len(st.Holds) == 0 {
-		return h
-	}
 	hs := slices.SortedFunc(slices.Values(st.Holds), func(a, b redisconn.HoldState) int { return cmp.Compare(a.Fence, b.Fence) })
 	for _, s := range hs {
-		hold := backend.Hold{Kind: st.Kind, Token: s.Token, Fence: s.Fence, Fenced: s.Fence > 0, TTL: s.TTL, TTLKnown: true}
+		hold := backend.Hold{Kind: st.Kind, Token: s.Token, Value: s.Value, Fence: s.Fence, Fenced: s.Fence > 0, TTL: s.TTL, TTLKnown: true}
 		if st.Kind == backend.Permit {
 			hold.Limit, hold.Weight = st.Limit, s.Weight
 		}
 		h.Holds = append(h.Holds, hold)
 	}
 	first := h.Holds[0]
-	h.Held, h.Token = true, first.Token
+	if st.Fenced && (st.Kind != backend.Exclusive || st.Minter != first.Token) {
+		h.Detail["last fence"] = strconv.FormatUint(st.Fence, 10)
+	}
+	h.Held, h.Token, h.Value = true, first.Token, first.Value
 	h.Fence, h.Fenced = first.Fence, first.Fenced
 	h.TTL, h.TTLKnown = first.TTL, true
 	return h

@@ -34,7 +34,7 @@
 // Lock K is the string key redlock:{k:K} on every node (in the database
 // the URL selects), holding the holder's token (Lock.Token) and expiring
 // with the lock's TTL; nothing else is stored, as there is no fence
-// counter (see No fencing tokens). Releases are published on the channel
+// counter (see No fencing tokens), unless the hold has a value (below). Releases are published on the channel
 // redlock:{k:K}:released. K is used as it is, unescaped: a fixed prefix
 // and a closing brace keep every key distinct, and apart from the redis
 // backend's locker:{k:K}, so the two backends can share servers without
@@ -47,7 +47,10 @@
 // the same name on every node, laid out as the redis backend's (see its
 // package doc): its family ("shared", "permit N") under kind, and each
 // holder under t:TOKEN with its expiry on the node's clock, its weight,
-// and fence 0. HGETALL redlock:{k:K} shows it.
+// and fence 0. HGETALL redlock:{k:K} shows it. So is the key of an
+// exclusive hold with a value, of family "exclusive", with the value
+// under v:TOKEN (see Values and observers). Grants made by a script and
+// new values are published on redlock:{k:K}:changed.
 //
 // # The algorithm
 //
@@ -205,6 +208,58 @@
 // them) does not stop the request on the others, and is not touched; it
 // expires with its TTL. There are no fences, for shared holds and permits
 // as for the mutex (below).
+//
+// # Values and observers
+//
+// A hold may carry a value of up to 64 KiB (locker.WithValue,
+// Lock.SetValue), kept on every node that holds it as the redis backend
+// keeps it on its one server (see Values and observers in its package
+// doc): an exclusive hold without a value is the SET NX PX string key of
+// the round above, at the same cost as before values existed; one with a
+// value is a hash of family "exclusive" on each node, taken by the hold
+// script in the round instead of SET NX PX, which costs each node a
+// script of some 20 µs where a SET costs 1 to 2. Clients of one key with
+// and without values exclude each other as one mutex's clients do: each
+// node answers busy, and a semaphore's permit is a mismatch.
+//
+// SetValue runs, on every node at once, the script that replaces the
+// value only where the node still holds our token, and succeeds when as
+// many nodes as hold the lock (its quorum) replaced it; ErrNotHeld when
+// too many said the hold is not theirs for a quorum to be left. Each
+// SetValue of a hold sends the next version of its value (the value it
+// was taken with is version 1), and a node never takes an older version
+// than it has, so the nodes agree again after calls that overlapped or
+// failed part way. Inspect reports, for each holder, the value of the
+// latest version among the nodes that hold its token: a SetValue that
+// succeeded reached a quorum of them and Inspect hears from a majority,
+// so it reports that value or a later one. The rule "the value a majority
+// agrees on" was rejected: while a SetValue is under way, or after one
+// that reached too few nodes, the nodes may agree on no value (two
+// against two with a node down), and an observer would report a value
+// nobody set.
+//
+// There is no term: Inspect reports no fence (see No fencing tokens), and
+// an Election's Leader has Termed false, told apart from the one before
+// by its token and value only.
+//
+// The driver is a backend.Observer. Observe subscribes to the key's
+// release and change channels on every node at once, and returns once a
+// majority of nodes confirmed both; the nodes that confirm later are
+// watched too, and one that cannot be reached is not. Each node publishes
+// what it applies: a release, a release by force, a grant by the hold
+// script (every hold with a value, shared holds, permits), a SetValue. A
+// holder's change is applied on a majority at least, so one of the nodes
+// watched hears it. The observer then inspects, and sees the new holder
+// once as many nodes hold it as its kind needs: each node's grant
+// publishes after the node applied it, so the last notice of a round
+// comes after a majority holds the lock. Nothing is published for a
+// mutex's grant by SET NX PX without a value, nor for an expiry (Redis
+// publishes none): such a holder is seen at the key's next notice, and a
+// crashed one is seen gone when its TTL, as the observer last read it,
+// runs out. An Election that campaigns with a value is announced by its
+// grant; one that campaigns without a value takes the name by SET NX PX,
+// and is seen at the key's next notice (the leader's Proclaim or Resign,
+// another client's grant).
 //
 // # No fencing tokens
 //

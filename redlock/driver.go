@@ -18,10 +18,12 @@ import (
 )
 
 // Names on every node: lock K is the key "redlock:{k:K}", its releases are
-// published on "redlock:{k:K}:released". They differ from the redis
+// published on "redlock:{k:K}:released", its grants made by a script and
+// its new values on "redlock:{k:K}:changed". They differ from the redis
 // package's, so the two backends never mistake each other's locks.
 func lockKey(k string) string   { return "redlock:{k:" + k + "}" }
 func channelOf(k string) string { return lockKey(k) + ":released" }
+func changedOf(k string) string { return lockKey(k) + ":changed" }
 
 // node is one independent Redis master.
 type node struct {
@@ -96,6 +98,9 @@ func (d *driver) Capabilities() backend.Capabilities {
 		// majority (quorumOf).
 		Shared:  true,
 		Permits: true,
+		// Values live in every node's hash of holders, as on one Redis
+		// server; see the package doc.
+		MaxValueLen: redisconn.MaxValueLen,
 		// Below this the drift allowance and a loopback round trip leave
 		// no validity to speak of.
 		MinTTL: 10 * time.Millisecond,
@@ -300,13 +305,15 @@ func quorumOf(k backend.Kind, limit, n int) int {
 	return int(int64(limit)*int64(n)/(int64(limit)+1)) + 1
 }
 
-// take is one node's part of a round: Take for an exclusive hold, Hold
-// for a shared or permit hold.
+// take is one node's part of a round: Take for an exclusive hold without
+// a value, Hold for a shared or permit hold or an exclusive one with a
+// value, which also stores the value and publishes the grant.
 func take(ctx context.Context, n *node, req backend.Request) (redisconn.Grant, error) {
-	if req.Kind == backend.Exclusive {
+	if req.Kind == backend.Exclusive && len(req.Value) == 0 {
 		return redisconn.Take(ctx, n.c, lockKey(req.Key), req.Token, req.TTL)
 	}
-	return redisconn.Hold(ctx, n.c, redisconn.HoldRequest{Key: lockKey(req.Key), Token: req.Token, TTL: req.TTL, Claim: backend.ClaimOf(req)})
+	return redisconn.Hold(ctx, n.c, redisconn.HoldRequest{Key: lockKey(req.Key), Token: req.Token, TTL: req.TTL,
+		Claim: backend.ClaimOf(req), Value: req.Value, Channel: changedOf(req.Key)})
 }
 
 // gatedRound is a waiter's round. A release notice wakes every waiter at
@@ -531,7 +538,7 @@ func (wt *waiter) wait(ctx context.Context, busy *backend.Busy, split bool) (wok
 	if wt.w == nil {
 		// Watch only once the key is busy. Until a majority confirms,
 		// the waiter polls, so a release in between is not missed.
-		wt.w = d.watch(ctx, wt.key)
+		wt.w = d.watch(ctx, channelOf(wt.key))
 	}
 	if split {
 		wt.spread = min(max(2*wt.spread, d.cfg.retryDelay/2), maxSpread*d.cfg.retryDelay)
@@ -608,16 +615,23 @@ func (e *noQuorumError) Error() string { return e.msg }
 // maxWait bounds a waiter's sleep when it learned nothing better.
 const maxWait = 5 * time.Second
 
-// watch is one waiter's subscription to a key's release notices on every
-// node.
+// watch is one subscription to a key's channels on every node: a waiter's
+// to its release notices, an observer's to those and its change notices.
 type watch struct {
 	events    chan struct{}
 	quorum    int
 	confirmed atomic.Int32
-	mu        sync.Mutex
-	stops     []func()
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// asked is how many nodes are asked; settled counts those that
+	// confirmed or failed, and progress is sent on (without blocking)
+	// each time one does.
+	asked    int
+	settled  atomic.Int32
+	progress chan struct{}
+	mu       sync.Mutex
+	stops    []func()
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 // ok reports whether a majority of nodes confirmed the subscription: a
@@ -625,13 +639,13 @@ type watch struct {
 // majority, so one of ours hears it. Until then the waiter also polls.
 func (w *watch) ok() bool { return int(w.confirmed.Load()) >= w.quorum }
 
-// watch subscribes to key's release channel on every node at once, in the
+// watch subscribes to channels (of one key) on every node at once, in the
 // background: a waiter does not wait for slow or dead nodes to confirm.
 // Skipped nodes are left out unless too few are left for a majority: a
 // majority of the others confirming still means that one of them hears a
 // release.
-func (d *driver) watch(ctx context.Context, key string) *watch {
-	w := &watch{events: make(chan struct{}, 1), quorum: d.quorum}
+func (d *driver) watch(ctx context.Context, channels ...string) *watch {
+	w := &watch{events: make(chan struct{}, 1), quorum: d.quorum, progress: make(chan struct{}, 1)}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
 	few := d.unskipped() < d.quorum
@@ -639,10 +653,12 @@ func (d *driver) watch(ctx context.Context, key string) *watch {
 		if n.skipped() != nil && !few {
 			continue
 		}
+		w.asked++
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			stop, err := n.notify.WatchInto(wctx, channelOf(key), w.events)
+			defer w.settle()
+			stop, err := n.notify.WatchEach(wctx, w.events, channels...)
 			if err != nil {
 				return
 			}
@@ -655,14 +671,42 @@ func (d *driver) watch(ctx context.Context, key string) *watch {
 	return w
 }
 
-func (w *watch) stop() {
-	w.cancel()
-	w.wg.Wait()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, s := range w.stops {
-		s()
+// settle counts a node that confirmed or failed, and tells await.
+func (w *watch) settle() {
+	w.settled.Add(1)
+	select {
+	case w.progress <- struct{}{}:
+	default:
 	}
+}
+
+// await waits until a majority of nodes confirmed the watch, and fails
+// when every node asked has settled without, or when ctx ends first.
+func (w *watch) await(ctx context.Context) error {
+	for !w.ok() {
+		if int(w.settled.Load()) == w.asked {
+			return fmt.Errorf("redlock: only %d of %d nodes confirmed the subscription, %d needed", w.confirmed.Load(), w.asked, w.quorum)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.progress:
+		}
+	}
+	return nil
+}
+
+// stop ends the watch on every node; a second call does nothing.
+func (w *watch) stop() {
+	w.once.Do(func() {
+		w.cancel()
+		w.wg.Wait()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, s := range w.stops {
+			s()
+		}
+	})
 }
 
 type held struct {
@@ -671,6 +715,9 @@ type held struct {
 	token  string
 	kind   backend.Kind
 	quorum int // quorumOf the hold: how many nodes must hold it
+	// versions counts the SetValue calls: the value taken with the hold
+	// is version 1, the n-th SetValue's version n + 1.
+	versions atomic.Uint64
 }
 
 // Refresh extends the lock on every node; it counts only if a quorum

@@ -21,14 +21,19 @@ var _ backend.Inspector = (*driver)(nil)
 // that many nodes still hold it (the quorum-th longest PTTL among them),
 // as Lock.TTL counts it. Holds lists every holder, with its kind (and a
 // permit's limit and weight), by token: the nodes keep no grant order.
+// Its value is the latest version among the nodes that hold its token:
+// a SetValue that succeeded reached a quorum of them, and Inspect hears
+// from a majority, so it reports that value or a later one (of a SetValue
+// under way, or one that failed after it reached some nodes).
 // There is no fence (see the package doc), and waiters are not counted:
 // they wait for release notices, and nothing on the nodes lists them.
 // Fewer than a majority of nodes answering is an error naming them.
 //
 // Detail: "key", the lock key on every node; per node, under its address,
-// "token T, ttl D" (an exclusive holder), the family and each holder of a
-// key of shared or permit holds ("shared: token A, ttl D; token B, ...",
-// "permit 3: token A, weight 2, ttl D; ..."), "free" or its error; and,
+// "token T, ttl D" (a mutex's holder without a value), the family and
+// each holder of a hash of holders ("shared: token A, ttl D; token B,
+// ...", "permit 3: token A, weight 2, ttl D; ...", "exclusive: token A,
+// ttl D, value N bytes"), "free" or its error; and,
 // when any node holds the key, "majority": how many nodes hold which
 // token.
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
@@ -45,13 +50,16 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 			continue
 		}
 		h.Detail[n.addr] = nodeDetail(states[i])
-		for _, hold := range nodeHolds(states[i]) {
-			c := holders[hold.Token]
+		for _, nh := range nodeHolds(states[i]) {
+			c := holders[nh.Token]
 			if c == nil {
-				c = &copies{hold: hold, quorum: quorumOf(hold.Kind, hold.Limit, len(d.nodes))}
-				holders[hold.Token] = c
+				c = &copies{hold: nh.Hold, quorum: quorumOf(nh.Kind, nh.Limit, len(d.nodes)), version: nh.version}
+				holders[nh.Token] = c
 			}
-			c.ttls = append(c.ttls, hold.TTL)
+			c.ttls = append(c.ttls, nh.TTL)
+			if nh.version > c.version {
+				c.version, c.hold.Value = nh.version, nh.Value
+			}
 		}
 	}
 	if answered := len(d.nodes) - len(failed); answered < d.quorum {
@@ -68,7 +76,7 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 	}
 	if len(h.Holds) > 0 {
 		first := h.Holds[0]
-		h.Held, h.Token = true, first.Token
+		h.Held, h.Token, h.Value = true, first.Token, first.Value
 		h.TTL, h.TTLKnown = first.TTL, first.TTLKnown
 	}
 	return h, nil
@@ -79,6 +87,9 @@ type copies struct {
 	hold   backend.Hold    // as the first node that has it tells
 	quorum int             // how many nodes must hold it
 	ttls   []time.Duration // on each node that holds it; -1 for no TTL
+	// version is the latest version of the value among the nodes that
+	// hold it, whose value hold.Value is.
+	version uint64
 }
 
 // held returns the hold, if enough nodes hold it, with the TTL that many
@@ -97,23 +108,31 @@ func (c *copies) held() (backend.Hold, bool) {
 	return h, true
 }
 
-// nodeHolds returns the holds one node has of the key: its exclusive
-// holder, or its shared or permit holders; TTL -1 for a key without one.
-func nodeHolds(st redisconn.KeyState) []backend.Hold {
+// nodeHold is one node's copy of a hold, with the version of its value
+// (0 for none).
+type nodeHold struct {
+	backend.Hold
+	version uint64
+}
+
+// nodeHolds returns the holds one node has of the key: its mutex's holder
+// without a value, or the holders in its hash of holders; TTL -1 for a
+// key without one.
+func nodeHolds(st redisconn.KeyState) []nodeHold {
 	if st.Token != "" {
 		ttl := time.Duration(-1) // no TTL: counts as holding, but bounds nothing
 		if st.TTLKnown {
 			ttl = st.TTL
 		}
-		return []backend.Hold{{Kind: backend.Exclusive, Token: st.Token, TTL: ttl}}
+		return []nodeHold{{Hold: backend.Hold{Kind: backend.Exclusive, Token: st.Token, TTL: ttl}}}
 	}
-	var out []backend.Hold
+	var out []nodeHold
 	for _, s := range st.Holds {
-		h := backend.Hold{Kind: st.Kind, Token: s.Token, TTL: s.TTL}
+		h := backend.Hold{Kind: st.Kind, Token: s.Token, TTL: s.TTL, Value: s.Value}
 		if st.Kind == backend.Permit {
 			h.Limit, h.Weight = st.Limit, s.Weight
 		}
-		out = append(out, h)
+		out = append(out, nodeHold{h, s.Version})
 	}
 	return out
 }
@@ -126,17 +145,20 @@ func nodeDetail(st redisconn.KeyState) string {
 	case len(st.Holds) == 0:
 		return "free"
 	}
-	family := "shared"
+	family := st.Kind.String()
 	if st.Kind == backend.Permit {
 		family = fmt.Sprintf("permit %d", st.Limit)
 	}
 	var parts []string
 	for _, h := range st.Holds {
+		part := fmt.Sprintf("token %s, ttl %v", h.Token, h.TTL)
 		if st.Kind == backend.Permit {
-			parts = append(parts, fmt.Sprintf("token %s, weight %d, ttl %v", h.Token, h.Weight, h.TTL))
-		} else {
-			parts = append(parts, fmt.Sprintf("token %s, ttl %v", h.Token, h.TTL))
+			part = fmt.Sprintf("token %s, weight %d, ttl %v", h.Token, h.Weight, h.TTL)
 		}
+		if len(h.Value) > 0 {
+			part += fmt.Sprintf(", value %d bytes", len(h.Value))
+		}
+		parts = append(parts, part)
 	}
 	return family + ": " + strings.Join(parts, "; ")
 }

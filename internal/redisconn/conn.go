@@ -2,9 +2,10 @@
 // from a Redis client library, satisfied by go-redis v9 and by redigo so
 // that both run exactly the same algorithms, and what the two backends
 // share: the scripts on a lock key (release, refresh, TTL, batched
-// refresh, and the shared and permit holds kept in a hash of holders:
-// holds.go), the release-notice subscriber, the eviction-policy check and
-// the URL, dial and probe code.
+// refresh, the shared and permit holds and the exclusive holds with a
+// value kept in a hash of holders: holds.go, and their values: value.go),
+// the subscriber of release and change notices, the eviction-policy check
+// and the URL, dial and probe code.
 package redisconn
 
 import (

@@ -12,11 +12,12 @@ import (
 	"github.com/distlock/locker/backend"
 )
 
-// Shared and permit holds. An exclusive hold's key is a string that holds
-// its token (SET NX PX); a key of shared holds or of a semaphore's permits
-// is a hash of its holders, each with its expiry on the server's clock,
-// its weight and its fence, and the key's family (see scripts/holds.lua).
-// The scripts on such a key remove the holders that expired, check that a
+// Holds kept in a hash of holders. A mutex's hold without a value is a
+// string key that holds its token (SET NX PX); a key of shared holds, of a
+// semaphore's permits, or of an exclusive hold with a value, is a hash of
+// its holders, each with its expiry on the server's clock, its weight, its
+// fence and its value, and the key's family (see scripts/holds.lua). The
+// scripts on such a key remove the holders that expired, check that a
 // request agrees with the key's family and fits its limit, and keep the
 // key's TTL at the latest expiry of its holders, so that Redis deletes it
 // when the last one lapses.
@@ -49,16 +50,29 @@ var (
 )
 
 // WithHolds returns the source of a script that uses the library of
-// scripts/holds.lua: the library, then src. The library is one Lua
-// function, library(), that returns the others: Redis runs a script's
-// whole body at every call, so a script creates the library's closures
-// only on the paths that call it, and an exclusive lock's path through
-// take.lua or acquire.lua does not pay for them.
-func WithHolds(src string) string { return holdsLua + src }
+// scripts/holds.lua: src with the library where its line "--@holds"
+// stands, or the library and then src when it has no such line. The
+// library is one Lua function, library(), that returns the others: Redis
+// runs a script's whole body at every call, so a script creates the
+// library's closures only on the paths that call it, and an exclusive
+// lock's path through take.lua or acquire.lua does not pay for them. A
+// script whose fast path returns before its "--@holds" line (release.lua)
+// does not even create the closure of library itself.
+func WithHolds(src string) string {
+	before, after, ok := strings.Cut(src, holdsMarker)
+	if !ok {
+		return holdsLua + src
+	}
+	return before + holdsLua + after
+}
+
+// holdsMarker is the line of a script where WithHolds puts the library.
+const holdsMarker = "--@holds\n"
 
 // KeyScripts are the scripts on a held lock key for one kind of hold.
 type KeyScripts struct {
-	// Release: KEYS lock key; ARGV token, channel. 1 released, 0 not ours.
+	// Release: KEYS lock key; ARGV token, release channel. 1 released, 0
+	// not ours.
 	Release *Script
 	// Refresh: KEYS lock key; ARGV token, TTL in ms. 1 extended, 0 not ours.
 	Refresh *Script
@@ -71,7 +85,10 @@ var (
 	holdScripts      = KeyScripts{Release: HoldReleaseScript, Refresh: HoldRefreshScript, PTTL: HoldPTTLScript}
 )
 
-// ScriptsOf returns the scripts on a lock key held with kind k.
+// ScriptsOf returns the scripts on a lock key held with kind k. Those of an
+// exclusive hold find it in either form: the string key of a mutex's hold
+// without a value, or the hash of an exclusive hold with one (taken so, or
+// moved there by SetValue).
 func ScriptsOf(k backend.Kind) *KeyScripts {
 	if k == backend.Exclusive {
 		return &exclusiveScripts
@@ -79,30 +96,41 @@ func ScriptsOf(k backend.Kind) *KeyScripts {
 	return &holdScripts
 }
 
-// HoldRequest is a request for a shared or permit hold of a lock key.
+// HoldRequest is a request for a hold of a lock key kept in a hash of
+// holders: a shared hold, a permit hold, or an exclusive hold with a
+// value.
 type HoldRequest struct {
 	Key   string // the lock key on the server
 	Token string
 	TTL   time.Duration
-	// Claim is the request's kind (Shared or Permit), and a Permit's
-	// limit and weight.
+	// Claim is the request's kind, and a Permit's limit and weight.
 	Claim backend.Claim
+	// Value is stored with the hold; nil or empty for none. An exclusive
+	// hold without one is a mutex's string key: Take it.
+	Value []byte
 	// FenceKey is the key's fence counter, in the lock key's hash slot,
 	// and FenceLife how long it outlives the last fence minted. With a
 	// FenceKey, every hold granted gets a fence, minted as the grant is
 	// made; with none (Redlock's nodes), no fence.
 	FenceKey  string
 	FenceLife time.Duration
+	// Channel is the key's change channel, where a grant is published
+	// for its observers (backend.Observer); "" publishes nothing.
+	Channel string
 }
 
-// Hold takes a shared or permit hold of r.Key in one script call: granted
-// when the key is free or of r's family with room for it (a semaphore's
-// permits held and r's weight within its limit; shared holds have no
-// limit), busy while an exclusive holder or, for a permit, the other
-// permit holders leave no room (with the time until the soonest of them
-// expires), a Mismatch when the key's holders are of another family. A
-// request of a token the key already holds is the same acquisition sent
-// again: it finds its hold, its fence and its TTL set afresh.
+// Hold takes a hold of r.Key kept in a hash of holders, in one script
+// call: granted when the key is free or of r's family with room for it (a
+// semaphore's permits held and r's weight within its limit; shared holds
+// have no limit, an exclusive hold's family a limit of one), busy while
+// holders that r excludes or that leave it no room hold the key (a writer
+// beside readers, an exclusive holder, the other permit holders; with the
+// time until the soonest of them expires), a Mismatch when the key's
+// holders are of a family r cannot wait for (a semaphore's key for an
+// exclusive or shared hold, or one of another limit). A grant stores
+// r.Value and publishes on r.Channel. A request of a token the key
+// already holds is the same acquisition sent again: it finds its hold, its
+// fence and its TTL set afresh.
 func Hold(ctx context.Context, c Conn, r HoldRequest) (Grant, error) {
 	family, err := familyOf(r.Claim)
 	if err != nil {
@@ -113,10 +141,14 @@ func Hold(ctx context.Context, c Conn, r HoldRequest) (Grant, error) {
 		keys = append(keys, r.FenceKey)
 	}
 	limit, weight := 0, 1
-	if r.Claim.Kind == backend.Permit {
+	switch r.Claim.Kind {
+	case backend.Permit:
 		limit, weight = r.Claim.Limit, r.Claim.Weight
+	case backend.Exclusive:
+		limit = 1
 	}
-	v, err := c.Eval(ctx, holdScript, keys, r.Token, Millis(r.TTL), family, limit, weight, Millis(r.FenceLife))
+	v, err := c.Eval(ctx, holdScript, keys, r.Token, Millis(r.TTL), family, limit, weight, Millis(r.FenceLife),
+		ValueArg(r.Value), r.Channel)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -149,11 +181,12 @@ func Hold(ctx context.Context, c Conn, r HoldRequest) (Grant, error) {
 }
 
 // familyOf is the family a request of claim c declares for its key, as the
-// scripts store it: "shared", or "permit <limit>". It refuses a claim
-// that no hash of holders takes: an exclusive one, a permit without a
-// limit, or one whose weight does not fit it.
+// scripts store it: "shared", "permit <limit>" or "exclusive". It refuses
+// a permit without a limit, or one whose weight does not fit it.
 func familyOf(c backend.Claim) (string, error) {
 	switch c.Kind {
+	case backend.Exclusive:
+		return "exclusive", nil
 	case backend.Shared:
 		return "shared", nil
 	case backend.Permit:
@@ -162,7 +195,15 @@ func familyOf(c backend.Claim) (string, error) {
 		}
 		return "permit " + strconv.Itoa(c.Limit), nil
 	}
-	return "", fmt.Errorf("redis: Hold takes shared and permit holds, not %v ones (Take those)", c.Kind)
+	return "", fmt.Errorf("redis: Hold takes exclusive, shared and permit holds, not %v ones", c.Kind)
+}
+
+// ValueArg is a hold's value as a script takes it: "" for none.
+func ValueArg(v []byte) any {
+	if len(v) == 0 {
+		return ""
+	}
+	return v
 }
 
 // errFamily means the server named a family no script writes.

@@ -25,8 +25,9 @@ var (
 
 // KeyState is what a lock key holds on one server.
 type KeyState struct {
-	// Token is the exclusive holder's token; "" when the key does not
-	// exist or holds shared or permit holds (Holds).
+	// Token is the token of a mutex's holder without a value (a string
+	// key); "" when the key does not exist or is a hash of holders
+	// (Holds).
 	Token string
 	// TTL is the key's remaining TTL, meaningful when TTLKnown (false
 	// when the key does not exist, or exists without a TTL, which no
@@ -34,12 +35,13 @@ type KeyState struct {
 	// expiry of its holders.
 	TTL      time.Duration
 	TTLKnown bool
-	// Kind is Shared or Permit for a key of shared or permit holds, with
-	// a Permit's Limit; Exclusive otherwise.
+	// Kind is the family of a hash of holders: Shared, Permit (with its
+	// Limit) or Exclusive (one exclusive hold with a value); Exclusive
+	// for a string key too.
 	Kind  backend.Kind
 	Limit int
-	// Holds are the live holders of a key of shared or permit holds, in
-	// no particular order.
+	// Holds are the live holders of a hash of holders, in no particular
+	// order.
 	Holds []HoldState
 	// Fence is the value of the fence counter, meaningful when Fenced
 	// (false when no counter was asked for, or it does not exist).
@@ -51,15 +53,21 @@ type KeyState struct {
 	Minter string
 }
 
-// HoldState is one holder of a key of shared or permit holds.
+// HoldState is one holder in a hash of holders.
 type HoldState struct {
 	Token  string
 	Weight int
-	// Fence is the fence minted with the hold; 0 where none was (on
-	// Redlock's nodes).
+	// Fence is the fence minted with the hold, or for an exclusive hold
+	// the one minted for it while it held the key; 0 where none was (on
+	// Redlock's nodes, or before an exclusive holder asked for one).
 	Fence uint64
 	// TTL is the hold's own remaining TTL.
 	TTL time.Duration
+	// Value is the hold's value; nil when none. Version is its version:
+	// 1 for the value the hold was taken with, higher for each SetValue
+	// of its holder, 0 when none was ever set (see scripts/holds.lua).
+	Value   []byte
+	Version uint64
 }
 
 // InspectKey reads lockKey's token and remaining TTL and, unless fenceKey
@@ -106,8 +114,8 @@ func InspectKey(ctx context.Context, c Conn, lockKey, fenceKey string) (KeyState
 	return st, err
 }
 
-// readHolds reads the family and the holders of a key of shared or permit
-// holds, as the inspect script returns them.
+// readHolds reads the family and the holders of a hash of holders, as the
+// inspect script returns them.
 func (st *KeyState) readHolds(family, holders any) error {
 	f, err := asString(family)
 	if err != nil {
@@ -117,10 +125,10 @@ func (st *KeyState) readHolds(family, holders any) error {
 		return err
 	}
 	flat, ok := holders.([]any)
-	if !ok || len(flat)%4 != 0 {
-		return fmt.Errorf("redis: unexpected holders %T(%v) in the inspect script's reply, want four values each", holders, holders)
+	if !ok || len(flat)%6 != 0 {
+		return fmt.Errorf("redis: unexpected holders %T(%v) in the inspect script's reply, want six values each", holders, holders)
 	}
-	for i := 0; i < len(flat); i += 4 {
+	for i := 0; i < len(flat); i += 6 {
 		var h HoldState
 		if h.Token, err = asString(flat[i]); err != nil {
 			return err
@@ -137,7 +145,18 @@ func (st *KeyState) readHolds(family, holders any) error {
 		if err != nil {
 			return err
 		}
-		h.TTL, h.Weight, h.Fence = time.Duration(ms)*time.Millisecond, int(w), uint64(fence)
+		value, err := asString(flat[i+4])
+		if err != nil {
+			return err
+		}
+		version, err := AsInt(flat[i+5])
+		if err != nil {
+			return err
+		}
+		h.TTL, h.Weight, h.Fence, h.Version = time.Duration(ms)*time.Millisecond, int(w), uint64(fence), uint64(version)
+		if value != "" {
+			h.Value = []byte(value)
+		}
 		st.Holds = append(st.Holds, h)
 	}
 	return nil

@@ -16,9 +16,10 @@ import (
 // tests that hold a confirmation back on purpose.
 var subscribeTimeout = 2 * time.Second
 
-// Notifier delivers release notices to the waiters of one Locker over a
-// single subscriber connection, opened on the first Watch. A channel is
-// subscribed while at least one waiter watches it.
+// Notifier delivers release notices to the waiters of one Locker, and
+// release and change notices to its observers (WatchEach), over a single
+// subscriber connection, opened on the first Watch. A channel is
+// subscribed while at least one waiter or observer watches it.
 //
 // Pub/sub messages are not stored: those published while the connection is
 // down are lost. After a reconnect the notifier re-subscribes and wakes
@@ -174,6 +175,29 @@ func (n *Notifier) WatchInto(ctx context.Context, channel string, events chan st
 		stop()
 		return nil, fmt.Errorf("redis: subscription to release notices not confirmed within %v", subscribeTimeout)
 	}
+}
+
+// WatchEach is WatchInto of each of channels, delivering to the one
+// events channel: a message on any of them sends on it. It returns once
+// the server has confirmed every subscription, and stop ends them all;
+// when one fails, it ends those already made and returns the error.
+func (n *Notifier) WatchEach(ctx context.Context, events chan struct{}, channels ...string) (func(), error) {
+	var stops []func()
+	stopAll := func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+	for _, ch := range channels {
+		stop, err := n.WatchInto(ctx, ch, events)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		stops = append(stops, stop)
+	}
+	var once sync.Once
+	return func() { once.Do(stopAll) }, nil
 }
 
 func (n *Notifier) unwatch(channel string, w *watcher) {

@@ -12,8 +12,8 @@ import (
 // The scripts on one lock key that the redis and redlock backends share,
 // one round trip each; see scripts/ for what each does. Each backend keeps
 // its own exclusive acquire: redis mints a fencing token in a script,
-// redlock sends a plain SET NX PX. Shared and permit holds are taken by
-// Hold on both.
+// redlock sends a plain SET NX PX. Shared and permit holds, and exclusive
+// holds with a value, are taken by Hold on both.
 var (
 	//go:embed scripts/release.lua
 	releaseLua string
@@ -24,17 +24,22 @@ var (
 	//go:embed scripts/take.lua
 	takeLua string
 
-	// ReleaseScript deletes a lock key only if it holds the token, and
-	// publishes a release notice: KEYS lock key; ARGV token, channel.
-	// It returns 1 when released, 0 when the key did not hold the token.
-	ReleaseScript = NewScript("release", releaseLua, 1)
-	// RefreshScript extends a lock key only if it holds the token: KEYS
-	// lock key; ARGV token, TTL in ms (Millis). It returns 1 when
-	// extended, 0 when the key does not hold the token.
-	RefreshScript = NewScript("refresh", refreshLua, 1)
-	// PTTLScript returns a lock key's remaining TTL in ms if it holds the
-	// token, -1 when it does not: KEYS lock key; ARGV token.
-	PTTLScript = NewScript("pttl", pttlLua, 1)
+	// ReleaseScript releases an exclusive hold only if the key holds the
+	// token, and publishes a release notice: KEYS lock key; ARGV token,
+	// release channel. It returns 1 when released, 0 when the key did not
+	// hold the token. It deletes the string key of a mutex's hold without
+	// a value and, after its GET fails on a hash, removes our exclusive
+	// hold with a value from the key's hash of holders.
+	ReleaseScript = NewScript("release", WithHolds(releaseLua), 1)
+	// RefreshScript extends an exclusive hold only if the key holds the
+	// token: KEYS lock key; ARGV token, TTL in ms (Millis). It returns 1
+	// when extended, 0 when the key does not hold the token. Like
+	// ReleaseScript it finds the hold in either form.
+	RefreshScript = NewScript("refresh", WithHolds(refreshLua), 1)
+	// PTTLScript returns an exclusive hold's remaining TTL in ms if the
+	// key holds the token, -1 when it does not: KEYS lock key; ARGV
+	// token. Like ReleaseScript it finds the hold in either form.
+	PTTLScript = NewScript("pttl", WithHolds(pttlLua), 1)
 
 	takeScript = NewScript("take", WithHolds(takeLua), 1)
 )
@@ -44,7 +49,7 @@ type Grant struct {
 	// Taken: the key is ours (an exclusive hold), or holds our shared or
 	// permit hold.
 	Taken bool
-	// Fence is the fence minted with a shared or permit hold when the
+	// Fence is the fence minted with a hold of a hash of holders when the
 	// request named a fence counter (Hold); 0 otherwise.
 	Fence uint64
 	// Remaining, when the key is busy, is how long until the soonest of
@@ -58,7 +63,8 @@ type Grant struct {
 // Take takes the lock key for token, an exclusive hold: SET NX PX, the
 // cheapest, and only if the key is taken, takeScript, one more round
 // trip, which counts our own token already there as taken (and sets its
-// TTL afresh) and otherwise answers with the holder's remaining TTL, or
+// TTL afresh) and otherwise answers with the holder's remaining TTL (a
+// mutex's, or an exclusive holder's with a value, kept in a hash), or
 // with the soonest expiry of a read lock's shared holders, or says that
 // the key is a semaphore's (a Mismatch).
 func Take(ctx context.Context, c Conn, key, token string, ttl time.Duration) (Grant, error) {

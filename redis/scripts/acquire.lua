@@ -1,9 +1,10 @@
--- Take a lock and mint its fencing token, atomically; or, with an empty
--- TTL, mint the token of a lock already ours (after redisconn's
--- holds.lua).
+-- Take a lock and mint its fencing token, atomically, and publish a change
+-- notice; or, with an empty TTL, mint the token of a lock already ours
+-- (with redisconn's holds.lua).
 -- KEYS[1] lock key, KEYS[2] fence counter (same hash slot)
 -- ARGV[1] token, ARGV[2] TTL in ms or "" to mint only, ARGV[3] fence
--- counter lifetime in ms
+-- counter lifetime in ms, ARGV[4] the key's change channel (unused when
+-- minting only)
 -- Returns {1, fence} when acquired (or minted); {0, remaining ms of the
 -- holder} when the key is taken (the soonest expiry of a read lock's
 -- shared holders); {0, -2} when minting finds the key not ours (expired,
@@ -14,27 +15,43 @@
 -- there has its fence (a retry whose first reply was lost, a second mint);
 -- otherwise a fence is minted now. (A counter written before it held the
 -- token holds the fence alone.)
+--
+-- Our lock may also be a hash of family 'exclusive' (see holds.lua): a
+-- lock taken without a value, to which SetValue gave one. Its fence is
+-- then kept in its entry too, where Inspect reads it.
 local counter = redis.call('GET', KEYS[2])
+local lib, entry = false, false
 if ARGV[2] == '' or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 	local holder = false
-	if ARGV[2] ~= '' and redis.call('TYPE', KEYS[1]).ok == 'hash' then
-		-- Shared or permit holds, never ours: busy until the soonest of
-		-- them expires, a semaphore's key a mismatch, and free when every
-		-- holder lapsed.
-		local lib = library()
+	if redis.call('TYPE', KEYS[1]).ok == 'hash' then
+		--@holds
+		lib = library()
 		local ms = lib.clock()
 		local st = lib.holds(KEYS[1], ms, true)
-		if #st.list > 0 then
-			if st.family ~= 'shared' then
-				return {-1, st.family}
+		if st.family == 'exclusive' and st.by[ARGV[1]] then
+			entry = st.by[ARGV[1]]
+			if entry.fence > 0 then
+				return {1, entry.fence}
 			end
-			return {0, math.max(st.soonest - ms, 1)}
+			holder = ARGV[1]
+		elseif ARGV[2] == '' then
+			-- Shared or permit holds, or another's exclusive one: none
+			-- of them ours to mint for.
+			return {0, -2}
+		elseif #st.list > 0 then
+			-- Busy until the soonest of them expires (an exclusive holder
+			-- with a value, a read lock's shared holders), or a
+			-- semaphore's key, a mismatch.
+			if lib.compatible('exclusive', st.family) then
+				return {0, math.max(st.soonest - ms, 1)}
+			end
+			return {-1, st.family}
+		else
+			-- Every holder lapsed: the key is free.
+			redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+			holder = ARGV[1]
 		end
-		redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-		holder = ARGV[1]
 	else
-		-- A hash (minting only) is not ours: its GET fails, in protected
-		-- mode, and the error is no token.
 		holder = redis.pcall('GET', KEYS[1])
 	end
 	if holder ~= ARGV[1] then
@@ -46,7 +63,7 @@ if ARGV[2] == '' or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 		end
 		return {0, redis.call('PTTL', KEYS[1])}
 	end
-	if counter then
+	if counter and not entry then
 		local f, owner = string.match(counter, '^(%d+) (.*)$')
 		if owner == ARGV[1] then
 			return {1, tonumber(f)}
@@ -63,4 +80,11 @@ if now > fence then
 	fence = now
 end
 redis.call('SET', KEYS[2], string.format('%d %s', fence, ARGV[1]), 'PX', ARGV[3])
+if entry then
+	entry.fence = fence
+	lib.put(KEYS[1], 'exclusive', entry)
+end
+if ARGV[2] ~= '' then
+	redis.call('PUBLISH', ARGV[4], '')
+end
 return {1, fence}

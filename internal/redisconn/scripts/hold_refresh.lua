@@ -4,4 +4,4 @@
 -- KEYS[1] lock key; ARGV[1] token, ARGV[2] new TTL in ms
 -- Returns 1 when extended, 0 when the key does not hold our hold.
 local lib = library()
-return lib.refresh(KEYS[1], ARGV[1], ARGV[2], lib.clock())
+return lib.refresh(KEYS[1], ARGV[1], ARGV[2], (lib.clock()))

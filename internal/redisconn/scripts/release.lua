@@ -4,12 +4,22 @@
 -- Returns 1 when released, 0 when the key did not hold our token (expired,
 -- taken by another).
 --
--- The key may have become a hash of shared or permit holds since ours
--- expired: GET is called in protected mode, its WRONGTYPE error is then
--- no token of ours, and the script costs no more than with call.
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+-- A mutex's hold is the key's string value; one with a value lives in a
+-- hash of holders (see holds.lua), where SetValue may also have moved a
+-- hold taken without one. GET is called in protected mode: its WRONGTYPE
+-- error on a hash costs no more than with call, and sends the script to
+-- the hash's release, which finds our hold in a hash of family
+-- 'exclusive' or answers 0 (a key of shared or permit holds, taken since
+-- ours expired). The library is put after the string key's path, which
+-- never creates it.
+local v = redis.pcall('GET', KEYS[1])
+if v == ARGV[1] then
+	redis.call('DEL', KEYS[1])
+	redis.call('PUBLISH', ARGV[2], '')
+	return 1
+end
+if type(v) ~= 'table' then
 	return 0
 end
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], '')
-return 1
+--@holds
+return library().release(KEYS[1], ARGV[1], ARGV[2], 'exclusive')
