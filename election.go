@@ -78,9 +78,10 @@ func (e *Election) Name() string { return e.name }
 // SetValue is Proclaim and Release is Resign. A leader that finds itself
 // deposed stops acting: after Lost closes, another may lead.
 //
-// On a backend that mints fences on demand (Redis), Campaign mints the
-// term before it returns and announces the value once more, so that
-// Leader and Observe see the term with the value.
+// Where the backend's grant may tell observers nothing (a plain SET on
+// Redis and Redlock), Campaign mints the term if the backend mints fences
+// on demand, and sets the value once more before it returns, so that
+// Observe hears of the new leader, with its term: one more round trip.
 func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
 	if ctx == nil {
 		return nil, opErr(opCampaign, e.name, errNilContext)
@@ -129,19 +130,24 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
 	return lk, nil
 }
 
-// announce mints a new leader's term where the backend mints fences on
-// demand, and then sets its value again, so that Leader and Observe see
-// the term beside the value.
+// announce makes sure observers are told of a new leader, with its term.
+// A grant that came with its fence (memory, ZooKeeper, etcd, and Redis
+// when its script mints one) was announced by the backend. Otherwise the
+// grant may have been a plain SET that tells no one (Redis, Redlock):
+// announce mints the term where the backend mints fences on demand, then
+// sets the value once more, which notifies observers.
 func (e *Election) announce(ctx context.Context, lk Lock, value []byte) error {
 	in, ok := innerLock(lk)
-	if !ok || in.fenced || !e.l.Capabilities().Fencing {
+	if !ok || in.fenced {
 		return nil
 	}
-	if _, ok := lk.Fence(); !ok {
-		if err := lk.Err(); err != nil {
-			return err
+	if e.l.Capabilities().Fencing {
+		if _, ok := lk.Fence(); !ok {
+			if err := lk.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: the term (fence) could not be minted", ErrNotHeld)
 		}
-		return fmt.Errorf("%w: the term (fence) could not be minted", ErrNotHeld)
 	}
 	if _, isSetter := in.held.(backend.ValueSetter); !isSetter {
 		return nil
