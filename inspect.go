@@ -38,6 +38,11 @@ var ErrUnsupported = errors.New("not supported by this backend")
 // fields describe the first; Holder.Queue lists the waiters, with their
 // kinds, where the backend keeps a queue.
 //
+// Each hold's value (WithValue, Lock.SetValue) is in Hold.Value, and the
+// first holder's in Holder.Value, on every backend of this module; an
+// exclusive holder's Fence is its Lock.Fence, or Fenced is false where the
+// backend cannot tell (an Election's Leader reads its term from it).
+//
 // What each backend reports:
 //   - memory: everything: each holder's kind, token, fence and remaining
 //     TTL, and the queued waiters.
