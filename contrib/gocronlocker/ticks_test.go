@@ -44,9 +44,9 @@ var skews = []time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond}
 // ticks where they held (clean ticks), as the attempts' times show: every
 // instance tried the tick once; every attempt ended before the first
 // acquisition's end plus the minimum hold (so no attempt may rightly
-// take the key again); and every attempt started after the previous
-// tick's last acquisition's end, plus the minimum hold, plus 30 ms for
-// the release (so the key is free again). A loaded machine's late timer
+// take the key again); and every attempt started after the end of the
+// latest acquisition of an earlier tick, plus the minimum hold, plus 30 ms
+// for the release (so the key is free again). A loaded machine's late timer
 // is not the adapter's fault. At least a quarter of the ticks must be
 // clean.
 //
@@ -247,7 +247,17 @@ func (r *tickRun) clean(k int) bool {
 		return false
 	}
 	first, ok := acquired(as, time.Time.Before)
-	prev, prevOK := acquired(r.attempts[k-1], time.Time.After)
+	// The hold the attempts must find released is the latest taken
+	// before them, which need not be the previous tick's: a tick whose
+	// every instance was still busy with a slow attempt on the one before
+	// has no attempts at all.
+	var prev time.Time
+	for j := range k {
+		if end, ok := acquired(r.attempts[j], time.Time.After); ok && end.After(prev) {
+			prev = end
+		}
+	}
+	prevOK := !prev.IsZero()
 	for _, a := range as {
 		if ok && !a.end.Before(first.Add(minHold)) {
 			return false
