@@ -399,16 +399,23 @@ func (h *held) check(ctx context.Context, s *session, ep *epoch, owner int64) er
 	case !ok:
 		h.finish()
 		return fmt.Errorf("%w: the lock node is gone", backend.ErrNotHeld)
+	}
+	return h.ownedBy(s, ep, st, owner)
+}
+
+// ownedBy judges what a reply says of our node, st, read or written in
+// session s's epoch ep: it is ours unless another session owns it (a move
+// between sessions that was interrupted: it is abandoned, to go once the
+// holder is told) or the epoch ended while the request was out (an answer
+// that came back on a connection granted a shorter session, whose epoch
+// ends before any request is sent on it, does not make the lock ours).
+func (h *held) ownedBy(s *session, ep *epoch, st *gozk.Stat, owner int64) error {
+	switch {
 	case st.EphemeralOwner != owner:
-		// Not ours any more (a move between sessions that was
-		// interrupted); make sure it goes, once the holder is told.
 		err := fmt.Errorf("%w: the lock node belongs to another session", backend.ErrNotHeld)
 		h.abandon(s, err)
 		return err
 	case ep.ended():
-		// The epoch ended while the read was out: an answer that came back
-		// on a connection granted a shorter session (whose epoch ends
-		// before any request is sent on it) does not make the lock ours.
 		return fmt.Errorf("%w: %w", backend.ErrNotHeld, ep.err())
 	}
 	return nil
@@ -617,19 +624,7 @@ func (h *held) SetValue(ctx context.Context, value []byte) error {
 	default:
 		return err
 	}
-	switch {
-	case st.EphemeralOwner != owner:
-		// Not ours any more (a move between sessions that was
-		// interrupted), as check finds.
-		err := fmt.Errorf("%w: the lock node belongs to another session", backend.ErrNotHeld)
-		h.abandon(s, err)
-		return err
-	case ep.ended():
-		// Answered on a connection that was granted a shorter session,
-		// as check says.
-		return fmt.Errorf("%w: %w", backend.ErrNotHeld, ep.err())
-	}
-	return nil
+	return h.ownedBy(s, ep, st, owner)
 }
 
 // Release deletes our node: exactly it (its name carries our guid), never
