@@ -252,23 +252,7 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if c.isClosed() {
 		return nil, opErr(op, key, ErrClosed)
 	}
-	o, err := c.options(opts)
-	if err != nil {
-		return nil, opErr(op, key, err)
-	}
-	if err := c.checkKey(key); err != nil {
-		return nil, opErr(op, key, err)
-	}
-	if err := c.checkTTL(o.ttl); err != nil {
-		return nil, opErr(op, key, err)
-	}
-	kind, limit, weight, err := o.kind()
-	if err == nil {
-		err = c.checkKind(kind)
-	}
-	if err == nil {
-		err = c.checkValue(o.value)
-	}
+	o, claim, err := c.request(key, opts)
 	if err != nil {
 		return nil, opErr(op, key, err)
 	}
@@ -292,7 +276,7 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if !c.enter(lk, cancel) {
 		return nil, opErr(op, key, ErrClosed)
 	}
-	err = c.acquireLock(actx, lk, backend.Claim{Kind: kind, Limit: limit, Weight: weight}, o.value, wait)
+	err = c.acquireLock(actx, lk, claim, o.value, wait)
 	if err != nil {
 		c.mu.Lock()
 		c.leaveLocked(lk)
@@ -305,6 +289,29 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, opErr(op, key, err)
 	}
 	return lk, nil
+}
+
+// request applies the Locker's defaults and opts, and checks the request
+// they make for key: the key, the TTL, the kind of hold and the value.
+func (c *client) request(key string, opts []Option) (options, backend.Claim, error) {
+	o, err := c.options(opts)
+	if err != nil {
+		return o, backend.Claim{}, err
+	}
+	if err := c.checkKey(key); err != nil {
+		return o, backend.Claim{}, err
+	}
+	if err := c.checkTTL(o.ttl); err != nil {
+		return o, backend.Claim{}, err
+	}
+	kind, limit, weight, err := o.kind()
+	if err == nil {
+		err = c.checkKind(kind)
+	}
+	if err == nil {
+		err = c.checkValue(o.value)
+	}
+	return o, backend.Claim{Kind: kind, Limit: limit, Weight: weight}, err
 }
 
 // acquireLock takes as much of lk's key as claim says under ctx, which

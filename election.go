@@ -289,51 +289,22 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	if err != nil || c.checkKey(e.name) != nil {
 		return
 	}
-	var events <-chan struct{}
+	o := &observation{e: e, ch: ch, retry: observeRetry}
 	if obs, ok := c.d.(backend.Observer); ok {
 		ev, stop, err := obs.Observe(ctx, c.cfg.Prefix+e.name)
 		if err == nil {
-			events = ev
+			o.events = ev
 			defer stop()
 		} else if ctx.Err() == nil {
 			c.log.Warn("locker: election changes unavailable, polling instead", "name", e.name, "err", err)
 		}
 	}
-	var (
-		last  Leader
-		seen  bool
-		retry = observeRetry
-		timer = time.NewTimer(time.Hour)
-	)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		wait := observePoll
-		h, err := Inspect(ctx, e.l, e.name)
-		if ctx.Err() != nil {
+		wait, ok := o.look(ctx)
+		if !ok {
 			return
-		}
-		if err != nil {
-			wait, retry = retry, min(2*retry, observePoll)
-		} else {
-			retry = observeRetry
-			ldr, ok, _ := leaderOf(h)
-			if ok && (!seen || !ldr.same(last)) && !(ldr.Termed && last.Termed && ldr.Term < last.Term) {
-				select {
-				case ch <- ldr:
-				case <-ctx.Done():
-					return
-				}
-				last, seen = ldr, true
-			}
-			switch {
-			case events == nil:
-			case ok && h.TTLKnown:
-				// Told of every change but an expiry: look when the
-				// leader would expire unless refreshed.
-				wait = h.TTL + minPoll
-			default:
-				wait = 0
-			}
 		}
 		var tick <-chan time.Time
 		if wait > 0 {
@@ -343,9 +314,53 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-events:
+		case <-o.events:
 		case <-tick:
 		}
 		timer.Stop()
 	}
+}
+
+// observation is one Observe call's state between its looks at the key.
+type observation struct {
+	e      *Election
+	ch     chan<- Leader
+	events <-chan struct{} // the backend's notices; nil: none
+	last   Leader          // the leader last sent
+	seen   bool            // a leader was sent
+	retry  time.Duration   // the wait after a failed look
+}
+
+// look reads the election's leader, sends it if it is new, and returns
+// how long to wait for a notice before looking again (0: no longer than
+// the next notice); false once ctx has ended.
+func (o *observation) look(ctx context.Context) (time.Duration, bool) {
+	h, err := Inspect(ctx, o.e.l, o.e.name)
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	if err != nil {
+		wait := o.retry
+		o.retry = min(2*o.retry, observePoll)
+		return wait, true
+	}
+	o.retry = observeRetry
+	ldr, ok, _ := leaderOf(h)
+	if ok && (!o.seen || !ldr.same(o.last)) && !(ldr.Termed && o.last.Termed && ldr.Term < o.last.Term) {
+		select {
+		case o.ch <- ldr:
+		case <-ctx.Done():
+			return 0, false
+		}
+		o.last, o.seen = ldr, true
+	}
+	switch {
+	case o.events == nil:
+		return observePoll, true
+	case ok && h.TTLKnown:
+		// Told of every change but an expiry: look when the leader
+		// would expire unless refreshed.
+		return h.TTL + minPoll, true
+	}
+	return 0, true
 }
