@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -422,4 +423,62 @@ func TestOwnerClose(t *testing.T) {
 		lk.Release(ctx)
 	}
 	blocker.Release(ctx)
+}
+
+// TestOwnersExclude: goroutines of two owners acquire and release one key
+// at once, so that a last handle's release races its owner's next
+// acquisition and the other owner's: at no moment do two owners hold
+// handles, and the key is free at the end.
+func TestOwnersExclude(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+	var (
+		mu     sync.Mutex
+		inside = map[string]int{} // handles held, by owner
+	)
+	enter := func(owner string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for o, n := range inside {
+			if o != owner && n > 0 {
+				t.Errorf("owners %s and %s hold the key at once", o, owner)
+			}
+		}
+		inside[owner]++
+	}
+	leave := func(owner string) {
+		mu.Lock()
+		inside[owner]--
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for _, owner := range []string{"a", "b"} {
+		octx := locker.WithOwner(ctx, owner)
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 100 {
+					lk, err := l.Acquire(octx, "k")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					enter(owner)
+					leave(owner) // before the release: the handle no longer counts
+					if err := lk.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	lk, err := l.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("after every release: %v", err)
+	}
+	lk.Release(ctx)
 }

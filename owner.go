@@ -68,21 +68,21 @@ type owners struct {
 	byID map[ownedKey]*owned
 }
 
-// acquireOwned is Acquire (wait) or TryAcquire under an owner.
+// acquireOwned is Acquire (wait) or TryAcquire under an owner: a new
+// handle on the owner's hold of key where it has one that covers the
+// request, otherwise a new hold.
 func (c *client) acquireOwned(ctx context.Context, owner, key string, wait bool, opts []Option) (Lock, error) {
 	op := "acquire"
 	if !wait {
 		op = "try-acquire"
 	}
-	o, err := c.options(opts)
+	if ctx == nil {
+		return nil, opErr(op, key, errNilContext)
+	}
+	_, claim, err := c.request(key, opts)
 	if err != nil {
 		return nil, opErr(op, key, err)
 	}
-	kind, limit, weight, err := o.kind()
-	if err != nil {
-		return nil, opErr(op, key, err)
-	}
-	claim := backend.Claim{Kind: kind, Limit: limit, Weight: weight}
 	k := ownedKey{owner, key}
 	for {
 		c.own.mu.Lock()
@@ -90,53 +90,66 @@ func (c *client) acquireOwned(ctx context.Context, owner, key string, wait bool,
 			c.own.byID = map[ownedKey]*owned{}
 		}
 		ent := c.own.byID[k]
-		switch {
-		case ent == nil:
+		if ent == nil {
 			ent = &owned{ready: make(chan struct{}), claim: claim}
 			c.own.byID[k] = ent
 			c.own.mu.Unlock()
-			lk, err := c.acquireNew(ctx, key, wait, opts)
-			c.own.mu.Lock()
-			defer c.own.mu.Unlock()
-			close(ent.ready)
-			if err != nil {
-				delete(c.own.byID, k)
-				return nil, err
-			}
-			ent.lk, ent.count = lk.(*lock), 1
-			return &handle{lock: ent.lk, c: c, k: k, ent: ent}, nil
-		case ent.lk == nil:
-			c.own.mu.Unlock()
-			if !wait {
-				return nil, opErr(op, key, fmt.Errorf("%w: owner %q is still acquiring the key", ErrNotAcquired, owner))
-			}
-			select {
-			case <-ent.ready:
-				continue
-			case <-ctx.Done():
-				return nil, opErr(op, key, ctx.Err())
-			}
-		case ent.lk.Err() != nil:
-			// Lost: the owner holds it no longer, and its next
-			// acquisition is a new one. Handles on the old hold release
-			// nothing that is still held.
-			delete(c.own.byID, k)
-			c.own.mu.Unlock()
-			continue
-		case !covers(ent.claim, claim):
-			c.own.mu.Unlock()
-			return nil, opErr(op, key, fmt.Errorf("%w: owner %q holds the key as %s, which does not cover a request for %s",
-				ErrKindMismatch, owner, describeClaim(ent.claim), describeClaim(claim)))
-		default:
-			if c.isClosed() {
-				c.own.mu.Unlock()
-				return nil, opErr(op, key, ErrClosed)
-			}
-			ent.count++
-			c.own.mu.Unlock()
-			return &handle{lock: ent.lk, c: c, k: k, ent: ent}, nil
+			return c.acquireFirst(ctx, k, ent, wait, opts)
+		}
+		lk, retry, err := c.reenterLocked(k, ent, claim, wait)
+		c.own.mu.Unlock()
+		if retry == nil {
+			return lk, opErr(op, key, err)
+		}
+		select {
+		case <-retry:
+		case <-ctx.Done():
+			return nil, opErr(op, key, ctx.Err())
 		}
 	}
+}
+
+// acquireFirst takes the owner's hold that ent records, a new one.
+func (c *client) acquireFirst(ctx context.Context, k ownedKey, ent *owned, wait bool, opts []Option) (Lock, error) {
+	lk, err := c.acquireNew(ctx, k.key, wait, opts)
+	c.own.mu.Lock()
+	defer c.own.mu.Unlock()
+	close(ent.ready)
+	if err != nil {
+		delete(c.own.byID, k)
+		return nil, err
+	}
+	ent.lk, ent.count = lk.(*lock), 1
+	return &handle{lock: ent.lk, c: c, k: k, ent: ent}, nil
+}
+
+// retryNow is a closed channel: the caller may try again at once.
+var retryNow = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// reenterLocked answers a request of the owner of ent, its existing
+// entry: a new handle, an error, or a channel to wait on before trying
+// again (the first acquisition is still in flight, or the hold was lost).
+// c.own.mu is held.
+func (c *client) reenterLocked(k ownedKey, ent *owned, claim backend.Claim, wait bool) (Lock, <-chan struct{}, error) {
+	switch {
+	case ent.lk == nil && !wait:
+		return nil, nil, fmt.Errorf("%w: owner %q is still acquiring the key", ErrNotAcquired, k.owner)
+	case ent.lk == nil:
+		return nil, ent.ready, nil
+	case ent.lk.Err() != nil:
+		// Lost: the owner holds it no longer, and its next acquisition
+		// is a new one. Handles on the old hold release nothing that is
+		// still held.
+		delete(c.own.byID, k)
+		return nil, retryNow, nil
+	case !covers(ent.claim, claim):
+		return nil, nil, fmt.Errorf("%w: owner %q holds the key as %s, which does not cover a request for %s",
+			ErrKindMismatch, k.owner, describeClaim(ent.claim), describeClaim(claim))
+	case c.isClosed():
+		return nil, nil, ErrClosed
+	}
+	ent.count++
+	return &handle{lock: ent.lk, c: c, k: k, ent: ent}, nil, nil
 }
 
 // covers reports whether an owner holding held may take req by reentry.
@@ -182,6 +195,10 @@ func (h *handle) Release(ctx context.Context) error {
 		h.c.own.mu.Unlock()
 		return opErr("release", h.lock.key, fmt.Errorf("%w: this handle was released already", ErrNotHeld))
 	}
+	// Whether the hold was lost is read while this handle still counts:
+	// once it does not, the last handle may release the hold at any
+	// moment, and that release is not this handle's loss.
+	lost := h.lock.Err()
 	h.released = true
 	h.ent.count--
 	last := h.ent.count == 0
@@ -192,10 +209,7 @@ func (h *handle) Release(ctx context.Context) error {
 	if last {
 		return h.lock.Release(ctx)
 	}
-	if err := h.lock.Err(); err != nil {
-		return opErr("release", h.lock.key, err)
-	}
-	return nil
+	return opErr("release", h.lock.key, lost)
 }
 
 // HoldCount returns the hold count of l: how many of its owner's handles
