@@ -33,15 +33,14 @@ func (d *countingDialer) dial(ctx context.Context, network, addr string) (net.Co
 // test's, so nothing depends on how long anything takes.
 func TestDownServerIsNotDialledPerRequest(t *testing.T) {
 	log := redislog.Record(t)
-	addr := testenv.ClosedAddr(t)
-	clients := map[string]func(d *countingDialer) Conn{
-		"goredis": func(d *countingDialer) Conn {
+	clients := map[string]func(addr string, d *countingDialer) Conn{
+		"goredis": func(addr string, d *countingDialer) Conn {
 			c := goredis.NewClient(&goredis.Options{Addr: addr, Dialer: d.dial,
 				DialerRetries: 1, MaxRetries: -1, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { c.Close() })
 			return NewGoRedis(c, false)
 		},
-		"redigo": func(d *countingDialer) Conn {
+		"redigo": func(addr string, d *countingDialer) Conn {
 			p := &redigo.Pool{DialContext: func(ctx context.Context) (redigo.Conn, error) {
 				return redigo.DialContext(ctx, "tcp", addr, redigo.DialContextFunc(d.dial))
 			}}
@@ -51,8 +50,9 @@ func TestDownServerIsNotDialledPerRequest(t *testing.T) {
 	}
 	for name, newConn := range clients {
 		t.Run(name, func(t *testing.T) {
+			addr := testenv.ClosedAddr(t)
 			var d countingDialer
-			c := newConn(&d)
+			c := newConn(addr, &d)
 			now := time.Now()
 			if g, ok := c.(*guard); ok {
 				g.now = func() time.Time { return now }
@@ -113,11 +113,7 @@ func TestDownServerIsNotDialledPerRequest(t *testing.T) {
 
 			// Something listens there again: the next check finds it, and
 			// the request reaches it.
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				t.Skipf("cannot listen on %s again: %v", addr, err)
-			}
-			defer ln.Close()
+			ln := testenv.ListenOn(t, addr)
 			accepted := make(chan struct{}, 8)
 			go func() {
 				for {
@@ -130,7 +126,7 @@ func TestDownServerIsNotDialledPerRequest(t *testing.T) {
 				}
 			}()
 			now = now.Add(downMax)
-			_, err = c.Eval(ctx, NewScript("t", "return 1", 0), nil)
+			_, err := c.Eval(ctx, NewScript("t", "return 1", 0), nil)
 			if isDown(err) {
 				t.Fatalf("Eval once the server listens again: %v, want it sent", err)
 			}

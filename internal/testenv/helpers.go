@@ -5,8 +5,10 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,20 +82,57 @@ func Proxy(t testing.TB, addr string) *conformance.Proxy {
 	return p
 }
 
-// ClosedAddrs returns n distinct loopback addresses nothing listens on:
-// servers that are down.
+// ClosedAddrs returns n distinct loopback addresses that refuse
+// connections, as the ports of servers that are down do, for the rest of
+// the test. Each port stays bound (not listening) until the test ends or
+// ListenOn takes it, so that no listener opened meanwhile (a proxy, a
+// server of another package) can be given it and answer there.
 func ClosedAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	var addrs []string
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("reserving a closed port: %v", err)
 		}
-		addrs = append(addrs, ln.Addr().String())
-		defer ln.Close() // all at once at the end, so that the ports differ
+		if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			syscall.Close(fd)
+			t.Fatalf("reserving a closed port: %v", err)
+		}
+		sa, err := syscall.Getsockname(fd)
+		if err != nil {
+			syscall.Close(fd)
+			t.Fatalf("reserving a closed port: %v", err)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+		reserved.Store(addr, fd)
+		t.Cleanup(func() { unreserve(addr) })
+		addrs = append(addrs, addr)
 	}
 	return addrs
+}
+
+// reserved maps each address ClosedAddrs holds to its socket.
+var reserved sync.Map
+
+func unreserve(addr string) {
+	if fd, ok := reserved.LoadAndDelete(addr); ok {
+		syscall.Close(fd.(int))
+	}
+}
+
+// ListenOn gives up the reservation of addr, an address from ClosedAddrs,
+// and listens there: the server that was down is back. The listener is
+// closed when the test ends.
+func ListenOn(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	unreserve(addr)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listening again on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // ClosedAddr returns a loopback address nothing listens on.
