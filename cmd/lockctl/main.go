@@ -64,6 +64,7 @@ import (
 
 	_ "github.com/distlock/locker/etcd"          // etcd://, etcds://
 	_ "github.com/distlock/locker/memory"        // memory://
+	_ "github.com/distlock/locker/postgres"      // postgres://, postgresql://
 	lockredis "github.com/distlock/locker/redis" // redis://, rediss://, redis+sentinel://
 	_ "github.com/distlock/locker/redlock"       // redlock://
 	_ "github.com/distlock/locker/zookeeper"     // zookeeper://, zk://
