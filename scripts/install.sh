@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the servers the tests run against, if they are missing:
-# redis-server (single instance, Redlock masters, Cluster) and ZooKeeper from
-# Debian's packages, and etcd built from the Go module proxy; and Debian's
-# chromium, the headless browser lockctl's tests open the HTML reports in.
+# redis-server (single instance, Redlock masters, Cluster), ZooKeeper and
+# PostgreSQL 15 from Debian's packages, and etcd built from the Go module
+# proxy; and Debian's chromium, the headless browser lockctl's tests open
+# the HTML reports in.
 # For the packages it uses apt-get as root; otherwise it says what to install
 # and fails. Debian's packages may start system services on install (a
 # policy-rc.d forbids it, but some environments start them regardless);
@@ -16,6 +17,12 @@
 # into .cache/etcd-<version>/etcd, where scripts/services.sh looks for it.
 # LOCKER_ETCD_BIN names another etcd binary to use instead (an older
 # server, say), and then nothing is built.
+#
+# PostgreSQL: Debian's postgresql, whose programs are in
+# /usr/lib/postgresql/15/bin. LOCKER_PG_BIN names another directory of
+# PostgreSQL programs to use instead, and then nothing is installed for it.
+# The package creates a cluster of its own (15/main, port 5432), which is
+# left in place and, should the installation have started it, stopped.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -37,6 +44,11 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v ss >/dev/null 2>&1 || missing+=(iproute2) # services.sh: who holds a port
 command -v curl >/dev/null 2>&1 || missing+=(curl)   # services.sh: etcd health
 command -v openssl >/dev/null 2>&1 || missing+=(openssl) # services.sh: the TLS test server's certificates
+if [ -n "${LOCKER_PG_BIN:-}" ]; then
+	[ -x "$LOCKER_PG_BIN/initdb" ] || { echo "install.sh: LOCKER_PG_BIN=$LOCKER_PG_BIN has no initdb" >&2; exit 1; }
+else
+	[ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql)
+fi
 # cmd/lockctl's browser test; LOCKER_TEST_CHROMIUM names another browser.
 [ -n "${LOCKER_TEST_CHROMIUM:-}" ] || command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
@@ -64,9 +76,11 @@ cleanup() { [ "$created_policy" -eq 1 ] && rm -f "$policy"; true; }
 trap cleanup EXIT
 
 # The system services the packages may start, with the pid files their
-# init scripts and systemd units write. One of them was started by this
-# install only if its pid file is new (or names another pid) afterwards.
-services=(redis-server:/run/redis/redis-server.pid zookeeper:/run/zookeeper/zookeeper.pid)
+# init scripts and systemd units write (PostgreSQL's is the cluster the
+# package creates, 15/main). One of them was started by this install only
+# if its pid file is new (or names another pid) afterwards.
+services=(redis-server:/run/redis/redis-server.pid zookeeper:/run/zookeeper/zookeeper.pid
+	postgresql:/run/postgresql/15-main.pid)
 read_pid() { # read_pid FILE: the pid in FILE, or nothing
 	local pid
 	pid=$(cat "$1" 2>/dev/null) || return 0
@@ -89,7 +103,10 @@ for entry in "${services[@]}"; do
 		continue # not running, or running before this install: not ours to stop
 	fi
 	echo "install.sh: stopping the $svc service (pid $pid) that the package installation started" >&2
-	if command -v service >/dev/null 2>&1; then
+	if [ "$svc" = postgresql ]; then
+		# That cluster only: `service postgresql stop` stops every cluster.
+		pg_ctlcluster 15 main stop -m fast >/dev/null 2>&1 || true
+	elif command -v service >/dev/null 2>&1; then
 		service "$svc" stop >/dev/null 2>&1 || true
 	fi
 	# If the service manager did not stop it, signal that pid itself.

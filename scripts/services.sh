@@ -26,16 +26,31 @@
 #   etcd cluster            23479, 23579, 23679 (peers 23480, 23580, 23680)
 #   etcd over TLS           23779 (peer 23780; client certificates required,
 #                           the same certificates as redis over TLS)
+#   postgresql primary      25432 (role locker owning database locker; role
+#                           locker_noddl, which may create nothing in it;
+#                           superuser postgres; trust authentication)
+#   postgresql replica      25433 (a hot standby streaming from the primary)
 # LOCKER_PORT_OFFSET (default 0) is added to every port, so that two sets
 # of servers (two checkouts, two CI jobs) can run side by side; give each
 # its own LOCKER_SERVICES_DIR too.
 #
+# PostgreSQL 15 comes from LOCKER_PG_BIN (default /usr/lib/postgresql/15/bin)
+# and, since it refuses to run as root, runs as the postgres user when this
+# script runs as root (that user then owns $DIR/postgres*). Each server's
+# directory, $DIR/postgres and $DIR/postgres-replica, holds its data (data/),
+# its log (postgres.log) and a `run` script that starts it again after a
+# test killed it: run returns once the server accepts connections, with the
+# postmaster's pid written to NAME.pid. $DIR/postgres-replica/promote makes
+# the replica a primary and returns once it accepts writes. A PostgreSQL
+# server that `up` finds not running is made afresh (initdb, or a base backup
+# of the primary), and a fresh primary gets a fresh replica.
+#
 # Ownership: this script only ever uses, reports as running or stops a
 # process whose pid it recorded in $DIR/NAME.pid (tests that restart a
 # cluster member write the new pid there too), and only while that pid is
-# still that server (its command is redis-server, java or etcd, and its
-# command line or working directory lies under $DIR), so a recycled pid is
-# never mistaken for a server. Before starting anything, `up` checks every
+# still that server (its command is redis-server, java, etcd or postgres,
+# and its command line or working directory lies under $DIR), so a
+# recycled pid is never mistaken for a server. Before starting anything, `up` checks every
 # port it is about to use (client, peer, quorum, election, cluster bus);
 # one held by any other process -- a server someone else started, the same
 # servers of another LOCKER_SERVICES_DIR, any program -- is an error that
@@ -73,6 +88,9 @@ ETCD_CLUSTER_CLIENT=($((23479 + OFF)) $((23579 + OFF)) $((23679 + OFF)))
 ETCD_CLUSTER_PEER=($((23480 + OFF)) $((23580 + OFF)) $((23680 + OFF)))
 ETCD_TLS=$((23779 + OFF))
 ETCD_TLS_PEER=$((23780 + OFF))
+PG_PORT=$((25432 + OFF))
+PG_REPLICA_PORT=$((25433 + OFF))
+PG_BIN=${LOCKER_PG_BIN:-/usr/lib/postgresql/15/bin}
 ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-all.jar:/usr/share/java/metrics-core.jar:/usr/share/java/snappy-java.jar
 
 # Every server, by the name of its pid file.
@@ -81,6 +99,7 @@ for p in "${REDLOCK_PORTS[@]}"; do SERVICES+=("redlock-$p"); done
 for p in "${CLUSTER_PORTS[@]}"; do SERVICES+=("cluster-$p"); done
 SERVICES+=(sentinel-master sentinel-replica redis-tls)
 for p in "${SENTINEL_PORTS[@]}"; do SERVICES+=("sentinel-$p"); done
+SERVICES+=(postgres postgres-replica)
 
 log() { echo "services.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -111,6 +130,8 @@ ports_of() {
 	sentinel-replica) echo "$SENTINEL_REPLICA client" ;;
 	sentinel-[0-9]*) echo "${1#sentinel-} sentinel" ;;
 	redis-tls) echo "$REDIS_TLS tls" ;;
+	postgres) echo "$PG_PORT client" ;;
+	postgres-replica) echo "$PG_REPLICA_PORT client" ;;
 	*) die "unknown server $1" ;;
 	esac
 }
@@ -128,12 +149,15 @@ pid_of() {
 # by a test from the run script this script wrote): its command is the
 # server's and its command line or working directory lies under $DIR.
 # redis-server rewrites its command line but runs in $DIR/NAME (a Sentinel
-# too: it is redis-server --sentinel, in the dir its config names).
+# too: it is redis-server --sentinel, in the dir its config names). A
+# PostgreSQL postmaster keeps its command line, which names its data
+# directory (-D).
 ours() {
 	local want comm cmdline cwd
 	case $1 in
 	zookeeper | zk-ensemble-*) want=java ;;
 	etcd | etcd-cluster-* | etcd-tls) want=$(basename "$ETCD_BIN") && want=${want:0:15} ;;
+	postgres | postgres-replica) want=postgres ;;
 	*) want=redis-server ;;
 	esac
 	comm=$(cat "/proc/$2/comm" 2>/dev/null) && [ "$comm" = "$want" ] || return 1
@@ -561,6 +585,185 @@ start_etcd_cluster() { # launches the three members; up() waits for health
 	done
 }
 
+# PostgreSQL: a primary and a hot standby streaming from it. Both listen on
+# TCP only: a Unix socket's path may not exceed 107 bytes, which a deep
+# $DIR would, and nothing here or in the tests needs one. No fsync and no
+# full-page writes: a crash of the machine may lose these servers' data,
+# which a test server can afford. synchronous_commit keeps its default
+# (on): a commit returns once its WAL is written, as in production; the
+# replica is asynchronous, as a plain streaming replica is.
+PG_AS=()   # how PostgreSQL's programs are run: as the postgres user when root
+PG_FRESH=0 # set when this run made the primary afresh
+
+pg_user() { # pg_user: set PG_AS; PostgreSQL refuses to run as root
+	[ "$(id -u)" -eq 0 ] || return 0
+	id -u postgres >/dev/null 2>&1 ||
+		die "PostgreSQL refuses to run as root, and there is no postgres user to run it as (run scripts/install.sh)"
+	PG_AS=(runuser -u postgres --)
+}
+
+# pg_reach: the postgres user can pass through $DIR (once it exists) to
+# the servers' directories. $DIR may be private to root (mktemp -d makes
+# it so): it gets search permission for others, which lists nothing.
+pg_reach() {
+	[ ${#PG_AS[@]} -gt 0 ] || return 0
+	"${PG_AS[@]}" test -x "$DIR" || chmod o+x "$DIR"
+	"${PG_AS[@]}" test -x "$DIR" && return 0
+	rmdir "$DIR" 2>/dev/null || true
+	die "the postgres user cannot reach $DIR (a directory above it is closed to it); choose a LOCKER_SERVICES_DIR it can reach"
+}
+
+pg_run() { # pg_run NAME CMD...: CMD as PG_AS, in $DIR/NAME (not root's home)
+	local name=$1
+	shift
+	(cd "$DIR/$name" && "${PG_AS[@]}" "$@")
+}
+
+# pg_sql PORT DB: runs the SQL on stdin as postgres on the server at PORT,
+# printing results unaligned, without headers; fails on the first error.
+pg_sql() {
+	"$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
+		-d "host=$HOST port=$1 user=postgres dbname=$2 sslmode=disable connect_timeout=5" -f -
+}
+
+pg_ok() { [ "$(pg_sql "$PG_PORT" postgres <<<'SELECT pg_is_in_recovery()')" = f ]; }
+
+# pg_replica_ok: the replica is in recovery and the primary streams to it.
+pg_replica_ok() {
+	[ "$(pg_sql "$PG_REPLICA_PORT" postgres <<<'SELECT pg_is_in_recovery()')" = t ] &&
+		[ "$(pg_sql "$PG_PORT" postgres <<<"SELECT count(*) FROM pg_stat_replication
+			WHERE application_name = 'postgres-replica' AND state = 'streaming'")" = 1 ]
+}
+
+# pg_dir NAME: an empty $DIR/NAME for a server, owned by the user it runs as.
+pg_dir() {
+	rm -rf "${DIR:?}/$1"
+	mkdir -p "$DIR/$1"
+	[ ${#PG_AS[@]} -eq 0 ] || chown postgres: "$DIR/$1"
+}
+
+# pg_scripts NAME: writes $DIR/NAME/run, which starts server NAME (again)
+# and returns once it accepts connections, with the postmaster's pid in
+# NAME.pid, or fails showing the end of its log; and for the replica
+# $DIR/NAME/promote. After a kill -9, a new postmaster refuses to start
+# while the dead one's children still hold its shared memory, or while the
+# dead one is a zombie (orphaned, it waits for init to reap it, which can
+# take a second or two): run tries again for 10 s while no postmaster runs.
+pg_scripts() {
+	local dir=$DIR/$1 as=""
+	[ ${#PG_AS[@]} -eq 0 ] || as="${PG_AS[*]} "
+	cat >"$dir/run" <<-RUN
+		#!/bin/sh
+		# Starts the PostgreSQL server $1 of scripts/services.sh (see there).
+		cd "$dir" || exit 1
+		tries=0
+		while :; do
+		  out=\$(${as}"$PG_BIN/pg_ctl" start -w -t 60 -s -D "$dir/data" -l "$dir/postgres.log" 2>&1) && status=0 && break
+		  status=1
+		  pid=\$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null)
+		  case \$(cut -d ' ' -f 3 "/proc/\$pid/stat" 2>/dev/null) in
+		  '' | Z) ;;    # none runs, or the dead one awaits its parent's wait()
+		  *) break ;;   # a postmaster runs: pg_ctl's failure stands
+		  esac
+		  tries=\$((tries + 1))
+		  [ "\$tries" -lt 50 ] || break
+		  sleep 0.2
+		done
+		pid=\$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null)
+		case \$(cut -d ' ' -f 3 "/proc/\$pid/stat" 2>/dev/null) in
+		'' | Z) ;;
+		*) echo "\$pid" >"$DIR/$1.pid" ;;
+		esac
+		[ "\$status" -eq 0 ] || {
+		  echo "PostgreSQL $1 did not start: \$out" >&2
+		  echo "the end of $dir/postgres.log:" >&2
+		  tail -n 5 "$dir/postgres.log" >&2
+		}
+		exit "\$status"
+	RUN
+	chmod +x "$dir/run"
+	[ "$1" = postgres-replica ] || return 0
+	cat >"$dir/promote" <<-PROMOTE
+		#!/bin/sh
+		# Promotes the PostgreSQL replica of scripts/services.sh to a primary.
+		cd "$dir" && exec ${as}"$PG_BIN/pg_ctl" promote -w -t 60 -s -D "$dir/data"
+	PROMOTE
+	chmod +x "$dir/promote"
+}
+
+pg_start() { # pg_start NAME: starts server NAME with its run script
+	local out
+	started "$1"
+	out=$("$DIR/$1/run" 2>&1) || die "$out"
+}
+
+start_postgres() {
+	alive postgres && return 0
+	local dir=$DIR/postgres
+	rm -f "$DIR/postgres.pid"
+	pg_dir postgres
+	pg_run postgres "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C -N \
+		>"$dir/initdb.log" 2>&1 || die "initdb failed: $(tail -3 "$dir/initdb.log")"
+	cat >>"$dir/data/postgresql.conf" <<-CONF
+
+		# scripts/services.sh: a throwaway server for the tests.
+		listen_addresses = '$HOST'
+		port = $PG_PORT
+		unix_socket_directories = ''
+		cluster_name = 'postgres'
+		max_connections = 400
+		wal_level = replica
+		max_wal_senders = 5
+		wal_keep_size = '256MB'
+		hot_standby = on
+		fsync = off
+		full_page_writes = off
+		logging_collector = off
+	CONF
+	cat >"$dir/data/pg_hba.conf" <<-HBA
+		host all all $HOST/32 trust
+		host replication all $HOST/32 trust
+	HBA
+	pg_scripts postgres
+	pg_start postgres
+	PG_FRESH=1
+	# locker may create its schema in database locker, which it owns;
+	# locker_noddl may create nothing there (neither a schema in the
+	# database nor a table in public, which PostgreSQL 15 already denies
+	# to PUBLIC): the tests check the error a role without DDL rights gets.
+	pg_sql "$PG_PORT" postgres >"$dir/roles.log" 2>&1 <<-SQL || die "creating the roles failed: $(tail -3 "$dir/roles.log")"
+		CREATE ROLE locker LOGIN;
+		CREATE DATABASE locker OWNER locker;
+		CREATE ROLE locker_noddl LOGIN;
+		REVOKE CREATE ON DATABASE locker FROM PUBLIC;
+		\connect locker
+		REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+	SQL
+}
+
+# start_postgres_replica: a base backup of the primary (-R: it starts as
+# a standby streaming from it), on its own port. A replica left from a
+# primary made afresh, or promoted by a test, is made again.
+start_postgres_replica() {
+	local dir=$DIR/postgres-replica
+	if alive postgres-replica; then
+		[ "$PG_FRESH" -eq 1 ] || ! pg_replica_ok >/dev/null 2>&1 || return 0
+		log "postgres-replica no longer replicates the primary; making it again"
+		stop_servers postgres-replica
+	fi
+	rm -f "$DIR/postgres-replica.pid"
+	pg_dir postgres-replica
+	pg_run postgres-replica "$PG_BIN/pg_basebackup" -d "host=$HOST port=$PG_PORT user=postgres sslmode=disable" \
+		-D "$dir/data" -R -X stream -c fast -N >"$dir/basebackup.log" 2>&1 ||
+		die "pg_basebackup of the primary failed: $(tail -3 "$dir/basebackup.log")"
+	cat >>"$dir/data/postgresql.conf" <<-CONF
+		port = $PG_REPLICA_PORT
+		cluster_name = 'postgres-replica'
+	CONF
+	pg_scripts postgres-replica
+	pg_start postgres-replica
+}
+
 hosts() { # hosts PORT...: HOST:PORT,HOST:PORT,...
 	local out="" p
 	for p; do out+="${out:+,}$HOST:$p"; done
@@ -590,6 +793,10 @@ print_env() {
 		export LOCKER_TEST_REDIS_SERVER=$(command -v redis-server)
 		export LOCKER_TEST_ZK_CLASSPATH=$ZK_CLASSPATH
 		export LOCKER_TEST_ETCD_BIN=$ETCD_BIN
+		export LOCKER_TEST_POSTGRES_URL='postgres://locker@$HOST:$PG_PORT/locker?sslmode=disable'
+		export LOCKER_TEST_POSTGRES_REPLICA_URL='postgres://locker@$HOST:$PG_REPLICA_PORT/locker?sslmode=disable'
+		export LOCKER_TEST_POSTGRES_ADMIN_URL='postgres://postgres@$HOST:$PG_PORT/locker?sslmode=disable'
+		export LOCKER_TEST_PG_BIN=$PG_BIN
 	ENV
 }
 
@@ -602,9 +809,15 @@ up() {
 	command -v curl >/dev/null || die "curl not found (run scripts/install.sh)"
 	command -v ss >/dev/null || die "ss not found (package iproute2; run scripts/install.sh)"
 	command -v openssl >/dev/null || die "openssl not found (run scripts/install.sh)"
+	local b
+	for b in initdb pg_ctl pg_basebackup psql; do
+		[ -x "$PG_BIN/$b" ] || die "PostgreSQL's $b not found in $PG_BIN (run scripts/install.sh, or set LOCKER_PG_BIN)"
+	done
+	pg_user
 	ss -Htan >/dev/null || die "ss cannot list this machine's sockets, so ports held by other processes cannot be found"
 	check_ports
 	mkdir -p "$DIR"
+	pg_reach
 	trap up_cleanup EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
@@ -613,6 +826,8 @@ up() {
 	start_zk_ensemble
 	start_etcd
 	start_etcd_cluster
+	start_postgres
+	start_postgres_replica
 	start_redis redis-single "$REDIS_SINGLE"
 	local p
 	for p in "${REDLOCK_PORTS[@]}"; do start_redis "redlock-$p" "$p"; done
@@ -624,6 +839,8 @@ up() {
 	wait_for "zookeeper ensemble on :${ZK_ENSEMBLE_CLIENT[*]}" 90 zk_ensemble_ok
 	wait_for "etcd cluster on :${ETCD_CLUSTER_CLIENT[*]}" 60 etcd_cluster_ok
 	wait_for "etcd over TLS on :$ETCD_TLS" 30 etcd_tls_ok
+	wait_for "postgresql on :$PG_PORT" 30 pg_ok
+	wait_for "postgresql replica on :$PG_REPLICA_PORT" 30 pg_replica_ok
 	verify_ports
 	print_env >"$DIR/env"
 	UP_DONE=1
@@ -640,7 +857,8 @@ running() { # running PID: the process exists and has not exited (a zombie has)
 
 # stop_servers [started-here] NAME...: stops the servers recorded in the
 # pid files NAME.pid if they are still those servers (TERM to all at once,
-# then KILL to any left after 10 s), and removes the pid files. With
+# INT to PostgreSQL, whose TERM waits for every client to disconnect; then
+# KILL to any left after 10 s), and removes the pid files. With
 # started-here (up stopping what it has just launched, which may not have
 # exec'd into the server yet) the recorded pids are trusted.
 stop_servers() {
@@ -656,7 +874,10 @@ stop_servers() {
 		elif [ "$trust" -eq 0 ] && ! ours "$name" "$pid"; then
 			log "$name: pid $pid is no longer the server started here, left alone: $(describe_pid "$pid")"
 		else
-			kill "$pid" 2>/dev/null || true
+			case $name in
+			postgres | postgres-replica) kill -INT "$pid" 2>/dev/null || true ;;
+			*) kill "$pid" 2>/dev/null || true ;;
+			esac
 			pids+=("$pid")
 		fi
 	done
@@ -688,7 +909,8 @@ down() {
 	stop_servers "${names[@]}"
 	rm -rf "$DIR/env" "$DIR/cluster-create.log" "$DIR/zookeeper" "$DIR/etcd" "$DIR/redis-single" \
 		"$DIR"/redlock-[0-9]* "$DIR"/cluster-[0-9]* "$DIR"/zk-ensemble-[0-9]* "$DIR"/etcd-cluster-[0-9]* \
-		"$DIR/redis-tls" "$DIR/etcd-tls" "$DIR/tls" "$DIR/tls.log" "$DIR/sentinel-master" "$DIR/sentinel-replica" "$DIR"/sentinel-[0-9]*
+		"$DIR/redis-tls" "$DIR/etcd-tls" "$DIR/tls" "$DIR/tls.log" "$DIR/sentinel-master" "$DIR/sentinel-replica" "$DIR"/sentinel-[0-9]* \
+		"$DIR/postgres" "$DIR/postgres-replica"
 	rmdir "$DIR" 2>/dev/null || log "left $DIR in place: it holds files this script did not create"
 	log "servers stopped"
 }

@@ -1,9 +1,9 @@
 // Package testenv finds the real servers the tests run against.
 //
-// scripts/services.sh starts redis-server, ZooKeeper and etcd on loopback and
-// exports their addresses as LOCKER_TEST_* variables; `make test` does that
-// and sets LOCKER_REQUIRE_SERVERS=1. Without the variables a test that needs
-// a server skips with a message saying how to start one; with
+// scripts/services.sh starts redis-server, ZooKeeper, etcd and PostgreSQL on
+// loopback and exports their addresses as LOCKER_TEST_* variables; `make
+// test` does that and sets LOCKER_REQUIRE_SERVERS=1. Without the variables a
+// test that needs a server skips with a message saying how to start one; with
 // LOCKER_REQUIRE_SERVERS=1 that skip is a failure instead, so a test run that
 // silently tested nothing cannot pass.
 package testenv
@@ -47,6 +47,30 @@ const ZooKeeperEnsembleURL = "LOCKER_TEST_ZK_ENSEMBLE_URL"
 // (etcd-cluster-N) holds its data and the `run` script that starts it, and
 // etcd-cluster-N.pid its pid.
 const EtcdClusterURL = "LOCKER_TEST_ETCD_CLUSTER_URL"
+
+// The PostgreSQL primary and its streaming replica (a hot standby).
+// ServicesDir's postgres and postgres-replica hold each server's data
+// (data/), log (postgres.log) and the `run` script that starts it again,
+// returning once it accepts connections and writing the postmaster's pid to
+// ServicesDir's postgres.pid or postgres-replica.pid; postgres-replica also
+// holds `promote`, which makes the replica a primary and returns once it
+// accepts writes. When the tests run as root the servers run as the
+// postgres user.
+const (
+	// PostgresURL: postgres://locker@host:port/locker?sslmode=disable, the
+	// primary as role locker, which owns database locker (and so may
+	// create its schema there). Role locker_noddl may log in too and
+	// create nothing: neither a schema in locker nor a table in public.
+	PostgresURL = "LOCKER_TEST_POSTGRES_URL"
+	// PostgresReplicaURL: the replica as role locker; it answers
+	// read-only queries and is in recovery until promoted.
+	PostgresReplicaURL = "LOCKER_TEST_POSTGRES_REPLICA_URL"
+	// PostgresAdminURL: the primary's database locker as superuser
+	// postgres. Authentication is trust: no password anywhere.
+	PostgresAdminURL = "LOCKER_TEST_POSTGRES_ADMIN_URL"
+	// PGBin is the directory of PostgreSQL's programs (pg_ctl, psql, ...).
+	PGBin = "LOCKER_TEST_PG_BIN"
+)
 
 // Require is the variable that turns a missing server into a failure.
 const Require = "LOCKER_REQUIRE_SERVERS"

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestServersAnswer checks every server scripts/services.sh starts at the
@@ -108,6 +110,38 @@ func TestServersAnswer(t *testing.T) {
 			}
 		}
 	})
+	t.Run("postgres", func(t *testing.T) {
+		for _, c := range []struct {
+			name, user string
+			recovery   bool
+		}{
+			{PostgresURL, "locker", false},
+			{PostgresAdminURL, "postgres", false},
+			{PostgresReplicaURL, "locker", true},
+		} {
+			user, recovery := pgQuery(t, Get(t, c.name))
+			if user != c.user || recovery != c.recovery {
+				t.Errorf("%s: connected as %q, in recovery %v; want %q, %v", c.name, user, recovery, c.user, c.recovery)
+			}
+		}
+	})
+}
+
+// pgQuery connects to the PostgreSQL server at dsn and tells as whom, and
+// whether that server is in recovery (a replica).
+func pgQuery(t *testing.T, dsn string) (user string, recovery bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("postgres at %s: %v", dsn, err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(ctx, "SELECT current_user, pg_is_in_recovery()").Scan(&user, &recovery); err != nil {
+		t.Fatalf("postgres at %s: %v", dsn, err)
+	}
+	return user, recovery
 }
 
 func hosts(t *testing.T, raw string) []string {
