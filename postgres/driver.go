@@ -186,7 +186,7 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 		case errors.Is(err, pgx.ErrNoRows):
 			continue // released or lapsed meanwhile: try again
 		case err != nil:
-			return backend.Acquisition{}, fmt.Errorf("postgres: %w", err)
+			return backend.Acquisition{}, d.wrap(err)
 		case family && backend.Kind(kind) == backend.Permit:
 			return backend.Acquisition{}, &backend.Mismatch{HeldKind: backend.Permit, HeldLimit: int(lim), Kind: req.Kind}
 		}

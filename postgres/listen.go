@@ -31,7 +31,7 @@ type listener struct {
 
 	mu      sync.Mutex
 	subs    map[string]map[*sub]struct{} // by md5 of the key
-	conn    *pgx.Conn                    // nil while down
+	conn    *pgx.Conn                    // nil until the first dial succeeds
 	dialing chan struct{}                // closed when the dial under way ends
 	stop    context.CancelFunc           // ends the receive loop
 	done    chan struct{}                // closed when the receive loop has ended
@@ -181,11 +181,10 @@ func (l *listener) receive(ctx context.Context, conn *pgx.Conn, done chan struct
 	}
 }
 
-// redial dials until it succeeds or ctx ends (nil).
+// redial dials until it succeeds or ctx ends (nil). Meanwhile l.conn
+// stays the broken connection, so that new watches are taken at once:
+// the notice every watch gets once the connection is back covers them.
 func (l *listener) redial(ctx context.Context) *pgx.Conn {
-	l.mu.Lock()
-	l.conn = nil
-	l.mu.Unlock()
 	wait := 50 * time.Millisecond
 	for {
 		select {
