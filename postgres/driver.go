@@ -164,15 +164,18 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	}
 	for range busyRetries {
 		start := time.Now()
-		rows, err := d.pool.Query(ctx, d.sql.take, []byte(req.Key), req.Token, nullable(req.Value), micros(req.TTL))
-		taken := false
-		if err == nil {
+		var taken bool
+		pid, err := d.onConn(ctx, func(c *pgxpool.Conn) error {
+			rows, err := c.Query(ctx, d.sql.take, []byte(req.Key), req.Token, nullable(req.Value), micros(req.TTL))
+			if err != nil {
+				return err
+			}
 			taken = rows.Next()
 			rows.Close()
-			err = rows.Err()
-		}
+			return rows.Err()
+		})
 		if err != nil {
-			return backend.Acquisition{}, d.abandon(req, err)
+			return backend.Acquisition{}, d.abandon(req, err, pid)
 		}
 		if taken {
 			return backend.Acquisition{Held: &held{d: d, key: req.Key, token: req.Token, ttl: req.TTL}, Start: start}, nil
@@ -204,11 +207,13 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 	var heldKind *int16
 	var heldLim *int32
 	var remaining *int64
-	err := d.pool.QueryRow(ctx, d.sql.acquire, []byte(req.Key), req.Token, int16(req.Kind), int32(req.Limit),
-		int32(req.Weight), nullable(req.Value), micros(req.TTL), req.Kind == backend.Exclusive).
-		Scan(&granted, &fence, &mismatch, &heldKind, &heldLim, &remaining)
+	pid, err := d.onConn(ctx, func(c *pgxpool.Conn) error {
+		return c.QueryRow(ctx, d.sql.acquire, []byte(req.Key), req.Token, int16(req.Kind), int32(req.Limit),
+			int32(req.Weight), nullable(req.Value), micros(req.TTL), req.Kind == backend.Exclusive).
+			Scan(&granted, &fence, &mismatch, &heldKind, &heldLim, &remaining)
+	})
 	if err != nil {
-		return backend.Acquisition{}, d.abandon(req, err)
+		return backend.Acquisition{}, d.abandon(req, err, pid)
 	}
 	switch {
 	case mismatch:
@@ -248,21 +253,77 @@ func nullable(v []byte) []byte {
 	return v
 }
 
-// abandon undoes an acquisition whose reply was lost or whose context
-// ended mid-request: it may have been applied. A request pgx never sent
-// needs nothing undone.
-func (d *driver) abandon(req backend.Request, err error) error {
-	err = d.wrap(err)
-	if pgconn.SafeToRetry(err) {
-		return err
+// onConn runs f on a connection of the pool. When f fails and the
+// connection is closed for it (a context that ended while the request was
+// on the wire, a connection lost), it returns the server process that may
+// still be running f's statement, for abandon; 0 otherwise.
+func (d *driver) onConn(ctx context.Context, f func(c *pgxpool.Conn) error) (pid uint32, err error) {
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
 	}
+	defer c.Release()
+	if err = f(c); err != nil && c.Conn().IsClosed() {
+		pid = c.Conn().PgConn().PID()
+	}
+	return pid, err
+}
+
+// abandon undoes an acquisition whose reply was lost or whose context
+// ended mid-request: it may have been applied, or be applied yet. A
+// request pgx never sent, or one the server refused (an error from the
+// server: the statement was rolled back), needs nothing undone.
+//
+// The statement may still run on the server after its client gave up on
+// it, waiting for the key's row lock: a delete issued now would not see
+// it, and it would take the key after the delete. So the server process
+// that ran it (pid, when its connection was closed) is terminated first,
+// and waited for, before the delete by the token.
+func (d *driver) abandon(req backend.Request, err error, pid uint32) error {
+	var pgErr *pgconn.PgError
+	if pgconn.SafeToRetry(err) || errors.As(err, &pgErr) {
+		return d.wrap(err)
+	}
+	err = d.wrap(err)
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	if pid != 0 {
+		if cerr := d.endBackend(ctx, pid); cerr != nil {
+			return fmt.Errorf("%w (and the server process that ran the request, %d, could not be stopped, so the lock may be taken after all and block others for up to %v: %v)",
+				err, pid, req.TTL, cerr)
+		}
+	}
 	h := &held{d: d, key: req.Key, token: req.Token, kind: req.Kind}
 	if cerr := h.Release(ctx); cerr != nil && !errors.Is(cerr, backend.ErrNotHeld) {
 		return fmt.Errorf("%w (and the cleanup of a possibly taken lock failed, so it may block others for up to %v: %v)", err, req.TTL, cerr)
 	}
 	return err
+}
+
+// endBackend terminates server process pid, if it still runs a statement,
+// and waits until it has gone: its transaction is then committed or
+// rolled back for good. A role may terminate its own sessions.
+func (d *driver) endBackend(ctx context.Context, pid uint32) error {
+	var running bool
+	err := d.pool.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(a.pid)), false)
+		FROM pg_stat_activity a WHERE a.pid = $1 AND a.state <> 'idle'`, int32(pid)).Scan(&running)
+	if err != nil || !running {
+		return err
+	}
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		var alive bool
+		if err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = $1)`, int32(pid)).Scan(&alive); err != nil {
+			return err
+		}
+		if !alive {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("still running after %v", cleanupTimeout)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // wrap names the backend in an error from pgx, unless the context ended:

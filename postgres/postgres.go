@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/locker"
@@ -48,6 +49,17 @@ const openTimeout = 10 * time.Second
 // notifies releases.
 var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
+// CheckSchemaName returns the error New and Open return for a schema name
+// they refuse, nil for one they accept: letters, digits and _, not
+// starting with a digit, at most 63 bytes (PostgreSQL's limit on names,
+// since the schema's name is also its notification channel's).
+func CheckSchemaName(name string) error {
+	if !schemaName.MatchString(name) {
+		return fmt.Errorf("postgres: schema %q: want a name of letters, digits and _ (not first), at most 63 bytes", name)
+	}
+	return nil
+}
+
 // New returns a Locker over the application's own pool, which it does not
 // close. It creates the lock tables when they are missing and the role may
 // (Options.NoCreateSchema says not to), and fails if the server cannot be
@@ -74,8 +86,8 @@ func newLocker(ctx context.Context, p *pgxpool.Pool, owned bool, opts *Options) 
 	if o.Schema == "" {
 		o.Schema = DefaultSchema
 	}
-	if !schemaName.MatchString(o.Schema) {
-		return nil, fmt.Errorf("postgres: schema %q: want a name of letters, digits and _ (not first), at most 63 bytes", o.Schema)
+	if err := CheckSchemaName(o.Schema); err != nil {
+		return nil, err
 	}
 	if o.SweepInterval < 0 {
 		return nil, fmt.Errorf("postgres: sweep interval %v: must be positive", o.SweepInterval)
@@ -84,10 +96,16 @@ func newLocker(ctx context.Context, p *pgxpool.Pool, owned bool, opts *Options) 
 		o.SweepInterval = DefaultSweepInterval
 	}
 	if err := p.Ping(ctx); err != nil {
+		cfg := p.Config().ConnConfig
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server answered, and refused: a role, a database or
+			// a setting it does not know, a password it does not take.
+			return nil, fmt.Errorf("postgres: the server at %s:%d refuses the connection: %w", cfg.Host, cfg.Port, err)
+		}
 		if ctx.Err() != nil {
 			err = fmt.Errorf("no answer within %v", openTimeout)
 		}
-		cfg := p.Config().ConnConfig
 		return nil, fmt.Errorf("postgres: server unreachable at %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
 	if err := ensureSchema(ctx, p, o.Schema, !o.NoCreateSchema); err != nil {
@@ -113,17 +131,47 @@ var ownParams = []string{"schema", "create_schema", "sweep_interval"}
 // and the rest: every parameter the Locker does not take is pgx's or the
 // server's), plus ttl, prefix, schema, create_schema and sweep_interval.
 func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
-	schema, _ := u.Param("schema")
-	create, err := u.BoolParam("create_schema", true)
+	cfg, opts, err := readURL(u)
 	if err != nil {
 		return nil, err
+	}
+	if dial := openhook.Dial(ctx); dial != nil {
+		cfg.ConnConfig.DialFunc = dial
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", scrub(err, u.URL))
+	}
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	l, err := newLocker(octx, pool, true, &opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// readURL reads a postgres:// URL as open and diagnose do: the Locker's
+// parameters into Options, the rest into pgx's pool configuration. Its
+// errors are for a URL that cannot be read; it connects to nothing.
+func readURL(u *locker.URL) (*pgxpool.Config, Options, error) {
+	schema, _ := u.Param("schema")
+	if schema != "" {
+		if err := CheckSchemaName(schema); err != nil {
+			return nil, Options{}, err
+		}
+	}
+	create, err := u.BoolParam("create_schema", true)
+	if err != nil {
+		return nil, Options{}, err
 	}
 	sweep, err := u.DurationParam("sweep_interval", DefaultSweepInterval)
 	if err != nil {
-		return nil, err
+		return nil, Options{}, err
 	}
 	if sweep <= 0 {
-		return nil, fmt.Errorf("invalid query parameter sweep_interval=%v: must be positive", sweep)
+		return nil, Options{}, fmt.Errorf("invalid query parameter sweep_interval=%v: must be positive", sweep)
 	}
 	// The rest is pgx's: the Locker's own parameters go, the others are
 	// pgx's to judge (an unknown one is a server setting, which the server
@@ -138,28 +186,14 @@ func open(ctx context.Context, u *locker.URL) (locker.Locker, error) {
 		u.Param(k)
 	}
 	if err := u.CheckParams(); err != nil {
-		return nil, err
+		return nil, Options{}, err
 	}
 	conn.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(conn.String())
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %s: %w", locker.Redact(u.String()), scrub(err, &conn))
+		return nil, Options{}, fmt.Errorf("postgres: %s: %w", locker.Redact(u.String()), scrub(err, &conn))
 	}
-	if dial := openhook.Dial(ctx); dial != nil {
-		cfg.ConnConfig.DialFunc = dial
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", scrub(err, &conn))
-	}
-	octx, cancel := context.WithTimeout(ctx, openTimeout)
-	defer cancel()
-	l, err := newLocker(octx, pool, true, &Options{Config: u.Config, Schema: schema, NoCreateSchema: !create, SweepInterval: sweep})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return l, nil
+	return cfg, Options{Config: u.Config, Schema: schema, NoCreateSchema: !create, SweepInterval: sweep}, nil
 }
 
 // scrub keeps the URL's password out of an error from pgx.

@@ -218,8 +218,13 @@ func schemaObjects(schema string) []string {
 	}
 }
 
+// querier is a pool or a connection.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // missingObjects returns the schema's objects the server does not have.
-func missingObjects(ctx context.Context, pool *pgxpool.Pool, schema string) ([]string, error) {
+func missingObjects(ctx context.Context, pool querier, schema string) ([]string, error) {
 	var missing []string
 	for _, o := range schemaObjects(schema) {
 		fn := "to_regclass"
