@@ -52,9 +52,8 @@ func newStatements(schema string) statements {
 		busy: `UPDATE ` + s + `.locks l SET waiters = true
 			WHERE l.key = $1 AND l.expires_at > clock_timestamp()
 			RETURNING l.token = '', l.kind, l.lim, (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint`,
-		release: `WITH d AS (DELETE FROM ` + s + `.locks l WHERE l.key = $1 AND l.token = $2
-				RETURNING l.waiters, l.expires_at > clock_timestamp() AS live)
-			SELECT d.live, CASE WHEN d.waiters THEN pg_notify($3, md5($1)) END IS NULL FROM d`,
+		release: `DELETE FROM ` + s + `.locks l WHERE l.key = $1 AND l.token = $2
+			RETURNING l.expires_at > clock_timestamp(), CASE WHEN l.waiters THEN pg_notify($3, md5($1)) END IS NULL`,
 		refresh: `UPDATE ` + s + `.locks l SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
 			WHERE l.key = $1 AND l.token = $2 AND l.expires_at > clock_timestamp() RETURNING 1`,
 		refreshMany: `UPDATE ` + s + `.locks l SET expires_at = clock_timestamp() + v.ttl * interval '1 microsecond'
@@ -281,7 +280,8 @@ func (d *driver) onConn(ctx context.Context, f func(c *pgxpool.Conn) error) (pid
 // and waited for, before the delete by the token.
 func (d *driver) abandon(req backend.Request, err error, pid uint32) error {
 	var pgErr *pgconn.PgError
-	if pgconn.SafeToRetry(err) || errors.As(err, &pgErr) {
+	var connectErr *pgconn.ConnectError
+	if pgconn.SafeToRetry(err) || errors.As(err, &pgErr) || errors.As(err, &connectErr) {
 		return d.wrap(err)
 	}
 	err = d.wrap(err)

@@ -44,6 +44,9 @@ func SchemaSQL(schema string) string {
 //     has passed is free, whatever it says.
 //   - waiters is set by a request that found the key taken; the release
 //     that deletes such a row notifies the schema's channel with md5(key).
+//   - Both tables leave a third of each page free (fillfactor 70), so that
+//     a refresh, which changes no indexed column, is an in-place (HOT)
+//     update that writes no index entry.
 //   - Every grant of a shared or permit hold, and every fence, comes from
 //     the sequence fences while the key's row is locked by the statement
 //     or function that grants or mints, so fences follow grants per key.
@@ -58,7 +61,7 @@ CREATE TABLE IF NOT EXISTS {S}.locks (
 	value      bytea,
 	expires_at timestamptz NOT NULL,
 	waiters    boolean NOT NULL DEFAULT false
-);
+) WITH (fillfactor = 70);
 
 CREATE TABLE IF NOT EXISTS {S}.holds (
 	key        bytea NOT NULL,
@@ -68,7 +71,7 @@ CREATE TABLE IF NOT EXISTS {S}.holds (
 	value      bytea,
 	expires_at timestamptz NOT NULL,
 	PRIMARY KEY (key, token)
-);
+) WITH (fillfactor = 70);
 
 CREATE SEQUENCE IF NOT EXISTS {S}.fences;
 
@@ -125,7 +128,8 @@ BEGIN
 		IF r.token <> '' THEN
 			remaining_us := (extract(epoch FROM r.expires_at - now_) * 1000000)::bigint;
 		ELSE
-			SELECT (extract(epoch FROM min(h.expires_at) - now_) * 1000000)::bigint INTO remaining_us
+			-- With no live hold left, the family's row frees the key at its expiry.
+			SELECT (extract(epoch FROM coalesce(min(h.expires_at), r.expires_at) - now_) * 1000000)::bigint INTO remaining_us
 			FROM {S}.holds h WHERE h.key = p_key AND h.expires_at > now_;
 		END IF;
 		RETURN;
@@ -157,7 +161,8 @@ CREATE OR REPLACE FUNCTION {S}.release_hold_v1(p_key bytea, p_token text, p_chan
 	OUT released boolean, OUT was_live boolean)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-	r {S}.locks%ROWTYPE;
+	r      {S}.locks%ROWTYPE;
+	latest timestamptz;
 BEGIN
 	SELECT * INTO r FROM {S}.locks l WHERE l.key = p_key FOR UPDATE;
 	DELETE FROM {S}.holds h WHERE h.key = p_key AND h.token = p_token
@@ -168,9 +173,15 @@ BEGIN
 		RETURN;
 	END IF;
 	IF r.key IS NOT NULL AND r.token = '' THEN
-		IF NOT EXISTS (SELECT 1 FROM {S}.holds h WHERE h.key = p_key AND h.expires_at > clock_timestamp()) THEN
+		-- The family's row lives as long as its latest live hold, no
+		-- longer: a released hold must not keep the key from a writer.
+		SELECT max(h.expires_at) INTO latest FROM {S}.holds h
+		WHERE h.key = p_key AND h.expires_at > clock_timestamp();
+		IF latest IS NULL THEN
 			DELETE FROM {S}.holds h WHERE h.key = p_key;
 			DELETE FROM {S}.locks l WHERE l.key = p_key AND l.token = '';
+		ELSE
+			UPDATE {S}.locks l SET expires_at = latest WHERE l.key = p_key AND l.token = '';
 		END IF;
 		IF r.waiters THEN
 			PERFORM pg_notify(p_channel, md5(p_key));

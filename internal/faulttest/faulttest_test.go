@@ -2,14 +2,17 @@ package faulttest_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/distlock/locker/memory"
 
 	"github.com/distlock/locker/etcd"
+	_ "github.com/distlock/locker/postgres"
 	_ "github.com/distlock/locker/redis"
 	_ "github.com/distlock/locker/redlock"
 	_ "github.com/distlock/locker/zookeeper"
@@ -94,7 +98,23 @@ var backends = []backendCase{
 			MaxLatency: 300 * time.Millisecond,
 		}
 	}},
+	// A pool of connections, each delayed on its own as for Redis, and
+	// the connection that LISTENs for releases; the tables in a schema of
+	// their own.
+	{"postgres", 22 * time.Second, func(t *testing.T) faulttest.Config {
+		raw := testenv.Get(t, testenv.PostgresURL)
+		return faulttest.Config{
+			Describe:   describePostgres(raw, pgSchema),
+			Open:       faulttest.Proxied(pgURL(t, raw)),
+			TTLs:       []time.Duration{300 * time.Millisecond, time.Second, 3 * time.Second},
+			MaxLatency: 100 * time.Millisecond,
+			PerConn:    true,
+		}
+	}},
 }
+
+// pgSchema holds the PostgreSQL run's tables, apart from other tests'.
+const pgSchema = "faulttest"
 
 // TestFault runs the randomized fault test on every backend; see package
 // faulttest. -faulttest.seed replays a run's decisions,
@@ -165,4 +185,76 @@ func describeEtcd(rawURL string) func(ctx context.Context, key string) string {
 		}
 		return b.String()
 	}
+}
+
+// pgURL returns rawURL, $LOCKER_TEST_POSTGRES_URL, with the run's schema.
+func pgURL(t *testing.T, rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("$%s: %v", testenv.PostgresURL, err)
+	}
+	q := u.Query()
+	q.Set("schema", pgSchema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// describePostgres lists a key's row in schema's locks table and its rows
+// in holds, lapsed ones too, with their remaining TTLs on the server's
+// clock (negative once lapsed).
+func describePostgres(rawURL, schema string) func(ctx context.Context, key string) string {
+	return func(ctx context.Context, key string) string {
+		conn, err := pgx.Connect(ctx, rawURL)
+		if err != nil {
+			return err.Error()
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		s := pgx.Identifier{schema}.Sanitize()
+		var b strings.Builder
+		var (
+			token, kind string
+			fence       *int64
+			remaining   float64
+			waiters     bool
+		)
+		err = conn.QueryRow(ctx, `SELECT token, kind || '/' || lim, fence, waiters,
+				extract(epoch FROM expires_at - clock_timestamp())::float8
+			FROM `+s+`.locks WHERE key = $1`, []byte(key)).Scan(&token, &kind, &fence, &waiters, &remaining)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			b.WriteString("no row in locks;")
+		case err != nil:
+			return err.Error()
+		default:
+			fmt.Fprintf(&b, "locks: token %q kind/limit %s fence %v waited for %v ttl %.3fs;", token, kind, fenceText(fence), waiters, remaining)
+		}
+		rows, err := conn.Query(ctx, `SELECT token, weight, fence, extract(epoch FROM expires_at - clock_timestamp())::float8
+			FROM `+s+`.holds WHERE key = $1 ORDER BY fence`, []byte(key))
+		if err != nil {
+			return b.String() + " holds: " + err.Error()
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var weight int32
+			var hfence int64
+			if err := rows.Scan(&token, &weight, &hfence, &remaining); err != nil {
+				return b.String() + " holds: " + err.Error()
+			}
+			fmt.Fprintf(&b, " [hold %q weight %d fence %d ttl %.3fs]", token, weight, hfence, remaining)
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return b.String() + " holds: " + err.Error()
+		}
+		fmt.Fprintf(&b, " %d rows in holds", n)
+		return b.String()
+	}
+}
+
+func fenceText(f *int64) string {
+	if f == nil {
+		return "none"
+	}
+	return fmt.Sprint(*f)
 }
