@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole comparison (make bench): install what is missing, start the
 # servers (scripts/with-services.sh), build lockctl, and run lockctl bench
-# on Redis, Redlock, ZooKeeper and etcd at once: every scenario, this
-# library against the raw server primitives and the peer libraries. The
-# report goes to $LOCKER_BENCH_OUT (default bench-report/): report.json,
-# report.md and report.html. Extra lockctl bench flags in
+# on Redis, Redlock, ZooKeeper, etcd and PostgreSQL at once: every
+# scenario, this library against the raw server primitives and the peer
+# libraries. The report goes to $LOCKER_BENCH_OUT (default bench-report/):
+# report.json, report.md and report.html. Extra lockctl bench flags in
 # $LOCKER_BENCH_ARGS (e.g. "--held-locks 100000" or "--rtt 2ms").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +19,5 @@ echo "+ (cd cmd/lockctl && go build -o ../../lockctl .)" >&2
 	--url "$LOCKER_TEST_REDLOCK_URL" \
 	--url "$LOCKER_TEST_ZK_URL" \
 	--url "$LOCKER_TEST_ETCD_URL" \
+	--url "$LOCKER_TEST_POSTGRES_URL" \
 	--out "$out" ${LOCKER_BENCH_ARGS:-} "$@"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The full fault matrix (make chaos): install what is missing, start the
 # servers (scripts/with-services.sh), build lockctl, and run lockctl chaos
-# on Redis, Redlock, ZooKeeper and etcd at once: every scenario, a few
-# rounds each. The scenarios that restart servers start redis-servers of
-# their own. The report goes to $LOCKER_CHAOS_OUT (default chaos-report/):
+# on Redis, Redlock, ZooKeeper, etcd and PostgreSQL at once: every
+# scenario, a few rounds each. The scenarios that restart servers start
+# redis-servers, and PostgreSQL servers ($LOCKER_TEST_PG_BIN), of their
+# own. The report goes to $LOCKER_CHAOS_OUT (default chaos-report/):
 # report.json, report.md and report.html. Extra lockctl chaos flags in
 # $LOCKER_CHAOS_ARGS (e.g. "--rounds 20" or "--scenario pause,failover").
 set -euo pipefail
@@ -19,4 +20,5 @@ echo "+ (cd cmd/lockctl && go build -o ../../lockctl .)" >&2
 	--url "$LOCKER_TEST_REDLOCK_URL" \
 	--url "$LOCKER_TEST_ZK_URL" \
 	--url "$LOCKER_TEST_ETCD_URL" \
+	--url "$LOCKER_TEST_POSTGRES_URL" \
 	--rounds 10 --out "$out" ${LOCKER_CHAOS_ARGS:-} "$@"

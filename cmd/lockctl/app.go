@@ -46,7 +46,7 @@ const openTimeout = 15 * time.Second
 
 // rootLong is the long help of lockctl.
 const rootLong = `lockctl takes distributed locks on any backend of the locker library
-(memory, Redis, Redlock, ZooKeeper, etcd), chosen by URL.
+(memory, Redis, Redlock, ZooKeeper, etcd, PostgreSQL), chosen by URL.
 
 Which deployment a command talks to, first match wins:
   1. --url URL

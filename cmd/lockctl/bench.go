@@ -48,12 +48,14 @@ func newBenchCmd(a *app) *cobra.Command {
 		Short: "Compare backends, raw server primitives and peer libraries on this machine",
 		Long: `Bench measures each deployment a --url names, side by side in one run:
 this library's Locker, the raw server primitives it is built on (the floor
-the server sets), and the peer libraries one would otherwise use
-(go-redsync/redsync and bsm/redislock on Redis, redsync on Redlock, etcd's
-concurrency.Mutex, go-zookeeper's zk.Lock). Designs take turns (one
-operation each, in a shuffled order, or in rotating slices when many
-clients run at once), so that noise on the machine hits them alike; every
-figure is also a ratio to the raw primitives and the best peer.
+the server sets; on PostgreSQL two: a lease row's INSERT and DELETE, "raw",
+and a session advisory lock, "raw-advisory"), and the peer libraries one
+would otherwise use (go-redsync/redsync and bsm/redislock on Redis, redsync
+on Redlock, etcd's concurrency.Mutex, go-zookeeper's zk.Lock; none on
+PostgreSQL). Designs take turns (one operation each, in a shuffled order,
+or in rotating slices when many clients run at once), so that noise on the
+machine hits them alike; every figure is also a ratio to the raw
+primitives and the best peer.
 
 Scenarios (--scenario, default all):
   uncontended  one client, Acquire+Release back to back: ops/s, p50/p99/p999

@@ -29,6 +29,7 @@ type chaosCmd struct {
 	redisServer string
 	etcd        string
 	zkClasspath string
+	pgBin       string
 	out         string
 }
 
@@ -74,8 +75,10 @@ name the one elected, with its term, token and value, or the round fails.
 
 The scenarios that restart servers or move a server's clock run on Redis
 servers lockctl starts itself (redis-server on $PATH, or --redis-server),
-and the server-leader scenarios (leader-kill, leader-partition: the
-cluster's own Raft or Zab leader) on a three-member etcd cluster or
+PostgreSQL's restart and failover on PostgreSQL servers it starts (initdb,
+postgres and pg_ctl from --pg-bin; as the postgres user when lockctl runs
+as root), and the server-leader scenarios (leader-kill, leader-partition:
+the cluster's own Raft or Zab leader) on a three-member etcd cluster or
 ZooKeeper ensemble it starts (--etcd, --zk-classpath): never on the
 deployment given, which only says which backends to test. Keys start with lockctl-chaos/<random>/.
 The exit code is 1 when a cell's outcome is not what the backend's
@@ -97,6 +100,7 @@ guarantees say it should be (the report's verdict column says why).`,
 	f.StringVar(&ch.redisServer, "redis-server", "", "redis-server binary for the scenarios that restart servers (default: $PATH's)")
 	f.StringVar(&ch.etcd, "etcd", "", "etcd binary for the server-leader scenarios' own three-member cluster (default: $LOCKER_TEST_ETCD_BIN, else $PATH's)")
 	f.StringVar(&ch.zkClasspath, "zk-classpath", "", "ZooKeeper's Java classpath for the server-leader scenarios' own ensemble (default: $LOCKER_TEST_ZK_CLASSPATH, else Debian's jars)")
+	f.StringVar(&ch.pgBin, "pg-bin", "", "directory of PostgreSQL's programs for the PostgreSQL restart and failover's own servers (default: $LOCKER_TEST_PG_BIN, else pg_ctl's on $PATH, else Debian's /usr/lib/postgresql/N/bin)")
 	f.StringVar(&ch.out, "out", "", "directory to write report.json, report.md and report.html to")
 	return c
 }
@@ -128,7 +132,7 @@ func (ch *chaosCmd) run(ctx context.Context, c *cobra.Command) error {
 		}
 	}
 	rep, err := chaos.Run(ctx, chaos.Options{
-		URLs: urls, Scenarios: ch.scenarios, Rounds: ch.rounds, TTL: ch.ttl, RedisServer: ch.redisServer, Etcd: ch.etcd, ZKClasspath: ch.zkClasspath,
+		URLs: urls, Scenarios: ch.scenarios, Rounds: ch.rounds, TTL: ch.ttl, RedisServer: ch.redisServer, Etcd: ch.etcd, ZKClasspath: ch.zkClasspath, PGBin: ch.pgBin,
 		Worker: chaosWorkerCommand, Command: commandLine(c),
 		Progress: func(p bench.Progress) { fmt.Fprintln(ch.app.stderr, p) },
 		Announce: func(s string) { fmt.Fprintln(ch.app.stderr, s) },

@@ -33,6 +33,7 @@ func TestCheck(t *testing.T) {
 		{"zookeeper", "LOCKER_TEST_ZK_URL", ""},
 		{"etcd", "LOCKER_TEST_ETCD_URL", ""},
 		{"etcd-tls", "LOCKER_TEST_ETCD_TLS_URL", ""},
+		{"postgres", "LOCKER_TEST_POSTGRES_URL", ""},
 	}
 	names := make([]string, len(targets))
 	for i, tg := range targets {
@@ -53,7 +54,7 @@ func TestCheck(t *testing.T) {
 		}
 		dir := t.TempDir()
 		jsonPath, junitPath, mdPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.xml"), filepath.Join(dir, "r.md")
-		// Nine suites at once on a loaded machine: a server's expiry can
+		// Ten suites at once on a loaded machine: a server's expiry can
 		// run late by more than the default slack (etcd's lease revocation
 		// did, by over a second). The backends' own tests keep the default.
 		r := runLockctl(t, testEnv(t), "check", "--url", url, "--slack", "3s", "--json-file", jsonPath, "--junit", junitPath, "--markdown", mdPath)

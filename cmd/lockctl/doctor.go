@@ -49,6 +49,14 @@ does to locks, and the fix:
              server allows the four-letter word conf), the round trip
   etcd       member health, the leader, the cluster size, the smallest lease
              TTL against the TTL, alarms, the round trip
+  PostgreSQL the server's release and whether it is a standby (which refuses
+             writes), its replicas and whether they are synchronous (a
+             failover to an asynchronous one loses acquisitions and repeats
+             fences), synchronous_commit, the lock tables in the URL's schema
+             and the role's privileges on them (or whether it may create
+             them), statement_timeout and the other timeouts, connections in
+             use against max_connections, the clock against this machine's,
+             the round trip
 
 The TTL checked against is the URL's ?ttl=, else the library's default.
 Doctor works where Open refuses the deployment (an evicting Redis): that is

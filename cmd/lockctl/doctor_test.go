@@ -2,9 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distlock/locker/internal/testenv"
 )
@@ -17,8 +21,9 @@ func startRedis(t *testing.T, args ...string) string {
 }
 
 // TestDoctor: doctor passes the dev servers of every backend, fails a
-// Redis that evicts keys (exit 1, naming the policy and the fix), and
-// warns on a replica (exit 0, or 1 with --strict).
+// Redis that evicts keys (exit 1, naming the policy and the fix), warns
+// on a replica (exit 0, or 1 with --strict), and fails a PostgreSQL role
+// that can neither find nor create the lock tables (naming the SQL).
 func TestDoctor(t *testing.T) {
 	t.Parallel() // waits for servers and TTLs, as the others do
 	t.Run("dev servers", func(t *testing.T) {
@@ -67,6 +72,22 @@ func TestDoctor(t *testing.T) {
 		} else {
 			wantCode(t, r, exitOK)
 			wantCode(t, runLockctl(t, testEnv(t), "doctor", "--strict", "--url", "redis://"+replica), exitChecksFailed)
+		}
+	})
+	t.Run("postgres role that may not create the schema", func(t *testing.T) {
+		u, err := url.Parse(serverURL(t, "LOCKER_TEST_POSTGRES_URL"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User("locker_noddl")
+		schema := fmt.Sprintf("lockctl_doctor_%d", time.Now().UnixNano())
+		q := u.Query()
+		q.Set("schema", schema)
+		u.RawQuery = q.Encode()
+		r := runLockctl(t, testEnv(t), "doctor", "--url", u.String())
+		wantCode(t, r, exitChecksFailed)
+		if !regexp.MustCompile(`(?m)^FAIL +schema `).MatchString(r.stdout) || !strings.Contains(r.stdout, "fix: have an administrator run the SQL that `lockctl schema --schema "+schema+"` prints") {
+			t.Errorf("doctor does not fail the schema check, naming the SQL to run:\n%s", r.stdout)
 		}
 	})
 	t.Run("bad URL", func(t *testing.T) {

@@ -67,6 +67,7 @@ var servers = []server{
 	{"redlock", "LOCKER_TEST_REDLOCK_URL", false},
 	{"zookeeper", "LOCKER_TEST_ZK_URL", true},
 	{"etcd", "LOCKER_TEST_ETCD_URL", true},
+	{"postgres", "LOCKER_TEST_POSTGRES_URL", true},
 }
 
 // serverURL returns the URL in the variable env. When it is unset the
@@ -115,7 +116,7 @@ func forEachServer(t *testing.T, f func(t *testing.T, s server, url string)) {
 // bounds (by default the number of CPUs), this runs them all together: the
 // end-to-end tests spend their time waiting for TTLs, not computing.
 // heavy is held by the tests that load every server at full speed
-// (TestCheck's nine suites at once, TestBench's scenarios): run together,
+// (TestCheck's ten suites at once, TestBench's scenarios): run together,
 // beside the rest of the package, they stalled the test etcd for seconds
 // (its fsyncs), and each failed on the other's load. They take turns;
 // the lighter tests still run beside them.

@@ -1,12 +1,13 @@
 // Command lockctl takes distributed locks from the command line, on any
 // backend of the locker library chosen by URL (memory://, redis://,
-// redlock://, zookeeper://, etcd://...).
+// redlock://, zookeeper://, etcd://, postgres://...).
 //
 //	lockctl run [--ttl D] [--wait D | --no-wait] [--grace D] [--shared | --limit N [--weight W]] KEY -- CMD ARGS...
 //	lockctl elect [--value V] [--ttl D] [--wait D] [--grace D] NAME -- CMD ARGS...
 //	lockctl leader [--watch] NAME
 //	lockctl demo [--workers N] [--ttl D] [--story fencing|rw|all]
 //	lockctl check | doctor | inspect KEY | release --force KEY
+//	lockctl schema [--schema NAME]
 //	lockctl bench --url URL... [--scenario ...] [--out DIR]
 //	lockctl chaos --url URL... [--scenario ...] [--rounds N] [--out DIR]
 //	lockctl version | --version

@@ -73,7 +73,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if o.Announce != nil && n > 0 && d.backend.Name != "memory" { // memory's clients connect to nothing
 			o.Announce("connections: " + note)
 		}
-		if d.backend.Name == "zookeeper" && n > ZKMaxClientCnxns {
+		if (d.backend.Name == "zookeeper" && n > ZKMaxClientCnxns) || (d.backend.Name == "postgres" && n > PGMaxClients) {
 			r.notef("%s", note)
 		}
 	}

@@ -13,6 +13,13 @@ import (
 // comes near.
 const ZKMaxClientCnxns = 60
 
+// PGMaxClients is how many connections a PostgreSQL server at its
+// defaults takes from roles that are not superusers: max_connections
+// (100) less superuser_reserved_connections (3). Every client of a run
+// holds one connection at least (the Locker's also one to LISTEN on
+// once it waits).
+const PGMaxClients = 97
+
 // ServerConns is the most connections a run had open at once to one
 // server.
 type ServerConns struct {
@@ -63,9 +70,13 @@ func (c *ConnPeaks) Peaks() ([]ServerConns, error) {
 // ClientsNote says how many clients a run opens at once on a deployment
 // of backend (why: the step that opens the most), each with
 // connections of its own, and, where that is more than a ZooKeeper
-// server allows one client address by default, what to do.
+// server allows one client address or a PostgreSQL server allows in all
+// by default, what to do.
 func ClientsNote(backend string, clients int, why string) string {
 	s := fmt.Sprintf("%s: up to %d clients open at once (%s), each with connections of its own", backend, clients, why)
+	if backend == "postgres" && clients > PGMaxClients {
+		s += fmt.Sprintf("; a server at PostgreSQL's default max_connections (100, %d of them for roles that are not superusers) refuses the rest: raise it or lower --clients and --waiters", PGMaxClients)
+	}
 	if backend != "zookeeper" {
 		return s
 	}

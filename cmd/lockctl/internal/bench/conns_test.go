@@ -140,5 +140,9 @@ func TestClients(t *testing.T) {
 		if !strings.Contains(note, why) || (tc.not == "") != strings.Contains(note, "maxClientCnxns") {
 			t.Errorf("%d sessions: %q", n, note)
 		}
+		note = ClientsNote("postgres", n, why)
+		if !strings.Contains(note, why) || (n > PGMaxClients) != strings.Contains(note, "max_connections") {
+			t.Errorf("postgres, %d clients: %q", n, note)
+		}
 	}
 }

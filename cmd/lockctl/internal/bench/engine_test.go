@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,9 +115,18 @@ func TestTallyErrors(t *testing.T) {
 
 func TestJudge(t *testing.T) {
 	lat := func(p50, p99 time.Duration) Latency { return Latency{Count: 1, P50: p50, P99: p99} }
+	// postgres: the lease pair is the raw target's baseline, not the
+	// faster advisory lock listed first; the hot key is judged against
+	// the pair's p50.
+	pgUncontended := []Result{
+		{Scenario: ScenarioUncontended, Backend: "postgres", Design: "locker", Kind: KindLocker, Ops: 10, PerSec: 960, Latency: lat(time.Millisecond, 2*time.Millisecond)},
+		{Scenario: ScenarioUncontended, Backend: "postgres", Design: "raw-advisory", Kind: KindRaw, Ops: 10, PerSec: 2000, Latency: lat(500*time.Microsecond, time.Millisecond)},
+		{Scenario: ScenarioUncontended, Backend: "postgres", Design: "raw", Kind: KindRaw, Ops: 10, PerSec: 1000, Latency: lat(time.Millisecond, 2*time.Millisecond)},
+	}
+	pgHot := Result{Scenario: ScenarioHotKey, Backend: "postgres", Design: "locker", Kind: KindLocker, Params: map[string]int{"waiters": 2}, Ops: 10, PerSec: 800, Latency: lat(1400*time.Microsecond, 3*time.Millisecond)}
 	rep := &Report{
-		Backends: []Backend{{Name: "redis"}, {Name: "etcd"}},
-		Results: []Result{
+		Backends: []Backend{{Name: "redis"}, {Name: "etcd"}, {Name: "postgres"}},
+		Results: append([]Result{
 			{Scenario: ScenarioUncontended, Backend: "redis", Design: "locker", Kind: KindLocker, Ops: 10, PerSec: 960, Latency: lat(time.Millisecond, 2*time.Millisecond)},
 			{Scenario: ScenarioUncontended, Backend: "redis", Design: "raw", Kind: KindRaw, Ops: 10, PerSec: 1000},
 			{Scenario: ScenarioUncontended, Backend: "redis", Design: "redsync", Kind: KindPeer, Ops: 10, PerSec: 900},
@@ -124,7 +134,7 @@ func TestJudge(t *testing.T) {
 			{Scenario: ScenarioHotKey, Backend: "redis", Design: "locker", Kind: KindLocker, Params: map[string]int{"waiters": 2}, Ops: 10, PerSec: 500, Latency: lat(600*time.Microsecond, time.Millisecond)},
 			{Scenario: ScenarioUncontended, Backend: "etcd", Design: "locker", Kind: KindLocker, Ops: 10, PerSec: 900},
 			{Scenario: ScenarioUncontended, Backend: "etcd", Design: "raw", Kind: KindRaw, Ops: 10, PerSec: 1000},
-		},
+		}, append(pgUncontended, pgHot)...),
 	}
 	got := map[string]Target{}
 	for _, tg := range Judge(rep) {
@@ -138,6 +148,8 @@ func TestJudge(t *testing.T) {
 		"etcd/uncontended vs raw":        {true, false}, // 0.90
 		"etcd/uncontended vs best peer":  {false, false},
 		"etcd/hot key vs peer":           {false, false},
+		"postgres/uncontended vs raw":    {true, true}, // 0.96 of the pair; 0.48 of the advisory lock
+		"postgres/hot key":               {true, true}, // 1.4x the pair's p50
 	} {
 		tg, ok := got[name]
 		if !ok {
@@ -153,6 +165,33 @@ func TestJudge(t *testing.T) {
 	}
 	if tg := got["redis/uncontended vs best peer"]; !strings.Contains(tg.Want, "redislock") {
 		t.Errorf("the peer target names %q, want the best peer, redislock", tg.Want)
+	}
+	if tg, ok := got["postgres/uncontended vs best peer"]; ok {
+		t.Errorf("postgres, which has no peer library, has a peer target: %+v", tg)
+	}
+
+	// A handoff slower than the bound is missed, saying why; without the
+	// raw pair's figures it is not measured.
+	pg := func(rs ...Result) *Report { return &Report{Backends: []Backend{{Name: "postgres"}}, Results: rs} }
+	slowHot := pgHot
+	slowHot.Latency.P50 = 1600 * time.Microsecond
+	for _, tc := range []struct {
+		rep               *Report
+		measured, met     bool
+		got, why, missing string
+	}{
+		{pg(append(slices.Clone(pgUncontended), slowHot)...), true, false, "1.60x", "NOTIFY", ""},
+		{pg(pgHot), false, false, "", "", "uncontended"},
+		{pg(pgUncontended...), false, false, "", "", "hot-key"},
+	} {
+		for _, tg := range Judge(tc.rep) {
+			if tg.Name != "hot key" {
+				continue
+			}
+			if tg.Measured != tc.measured || tg.Met != tc.met || !strings.Contains(tg.Got, tc.got) || !strings.Contains(tg.Why, tc.why) || !strings.Contains(tg.Why, tc.missing) {
+				t.Errorf("hot key = %+v; want measured %v, met %v, got %q, why %q/%q", tg, tc.measured, tc.met, tc.got, tc.why, tc.missing)
+			}
+		}
 	}
 }
 

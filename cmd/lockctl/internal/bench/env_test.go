@@ -15,6 +15,9 @@ const (
 	envRedlock = "LOCKER_TEST_REDLOCK_URL"
 	envZK      = "LOCKER_TEST_ZK_URL"
 	envEtcd    = "LOCKER_TEST_ETCD_URL"
+	// envPostgres names the primary, as role locker, which may create
+	// the schemas the Locker and the raw designs need.
+	envPostgres = "LOCKER_TEST_POSTGRES_URL"
 )
 
 // serverURL returns the URL in the variable env. When it is unset the

@@ -7,6 +7,7 @@ import (
 	"github.com/distlock/locker"
 	_ "github.com/distlock/locker/etcd"      // etcd://
 	_ "github.com/distlock/locker/memory"    // memory://
+	_ "github.com/distlock/locker/postgres"  // postgres://, postgresql://
 	_ "github.com/distlock/locker/redis"     // redis://
 	_ "github.com/distlock/locker/redlock"   // redlock://
 	_ "github.com/distlock/locker/zookeeper" // zookeeper://

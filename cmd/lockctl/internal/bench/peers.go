@@ -30,11 +30,16 @@ import (
 // PeerDesigns returns the peer libraries for backend (the Backend.Name)
 // on the servers rawURL names: redsync and redislock on redis, redsync on
 // redlock, concurrency.Mutex on etcd, zk.Lock on zookeeper, none on
-// memory. The URL is checked here; the servers are first contacted by
-// Design.Open.
+// memory, and none on postgres, where applications lock with the
+// server's own primitives (the raw designs) rather than a library. The
+// URL is checked here; the servers are first contacted by Design.Open.
 func PeerDesigns(backend, rawURL string) ([]Design, error) {
-	if backend == "memory" {
+	switch backend {
+	case "memory":
 		return nil, nil
+	case "postgres":
+		_, err := rawPGConfig(rawURL)
+		return nil, err
 	}
 	t, err := rawParseURL(backend, rawURL)
 	if err != nil {

@@ -38,13 +38,17 @@ import (
 var rawErrNotHeld = errors.New("the lock was no longer held")
 
 // RawDesigns returns the raw server primitives of backend (the
-// Backend.Name: redis, redlock, zookeeper, etcd or memory) on the
-// servers rawURL names: one design named "raw", or none for memory,
-// which has no server. The URL is checked here; the servers are first
-// contacted by Design.Open.
+// Backend.Name: redis, redlock, zookeeper, etcd, postgres or memory) on
+// the servers rawURL names: one design named "raw"; on postgres two,
+// "raw" (a lease row) and "raw-advisory" (a session advisory lock: see
+// raw_postgres.go); none for memory, which has no server. The URL is
+// checked here; the servers are first contacted by Design.Open.
 func RawDesigns(backend, rawURL string) ([]Design, error) {
-	if backend == "memory" {
+	switch backend {
+	case "memory":
 		return nil, nil
+	case "postgres":
+		return rawPGDesigns(rawURL)
 	}
 	t, err := rawParseURL(backend, rawURL)
 	if err != nil {
@@ -67,7 +71,8 @@ func RawDesigns(backend, rawURL string) ([]Design, error) {
 // ---------------------------------------------------------------------------
 // URLs and keys, shared with peers.go
 
-// rawTarget is what the raw and peer designs take from a --url.
+// rawTarget is what the raw and peer designs take from a --url; a
+// postgres:// URL is pgx's to read (rawPGConfig).
 type rawTarget struct {
 	backend  string
 	hosts    []string // host:port, default port filled in
@@ -99,7 +104,7 @@ var rawSchemes = map[string]struct {
 func rawParseURL(backend, rawURL string) (*rawTarget, error) {
 	spec, ok := rawSchemes[backend]
 	if !ok {
-		return nil, fmt.Errorf("bench: unknown backend %q (want redis, redlock, zookeeper, etcd or memory)", backend)
+		return nil, fmt.Errorf("bench: unknown backend %q (want redis, redlock, zookeeper, etcd, postgres or memory)", backend)
 	}
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok || scheme == "" {

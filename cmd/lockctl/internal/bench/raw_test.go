@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,13 @@ var rawTestBackends = []struct{ backend, env string }{
 	{"redlock", envRedlock},
 	{"zookeeper", envZK},
 	{"etcd", envEtcd},
+	{"postgres", envPostgres},
+}
+
+// rawTestNames are the raw designs each backend offers.
+var rawTestNames = map[string][]string{
+	"redis": {"raw"}, "redlock": {"raw"}, "zookeeper": {"raw"}, "etcd": {"raw"},
+	"postgres": {"raw", "raw-advisory"},
 }
 
 // rawTestKey is a key no other test run uses, so runs cannot disturb each
@@ -56,21 +64,37 @@ func rawTestClose(t *testing.T, d Design, c Client) {
 	}
 }
 
-// rawTestDesign is the one raw design of backend.
-func rawTestDesign(t *testing.T, backend, env string) Design {
+// rawTestDesigns are the raw designs of backend, checked for their
+// names and fields.
+func rawTestDesigns(t *testing.T, backend, env string) []Design {
 	t.Helper()
 	ds, err := RawDesigns(backend, serverURL(t, env))
 	if err != nil {
 		t.Fatalf("RawDesigns(%s): %v", backend, err)
 	}
-	if len(ds) != 1 {
-		t.Fatalf("RawDesigns(%s): %d designs, want 1", backend, len(ds))
+	var names []string
+	for _, d := range ds {
+		names = append(names, d.Name)
+		if d.Backend != backend || d.Kind != KindRaw || d.Waits || d.Open == nil {
+			t.Fatalf("RawDesigns(%s) = %+v, want Backend %s, Kind raw, Waits false, an Open", backend, d, backend)
+		}
 	}
-	d := ds[0]
-	if d.Backend != backend || d.Name != "raw" || d.Kind != KindRaw || d.Waits || d.Open == nil {
-		t.Fatalf("RawDesigns(%s) = %+v, want Backend %s, Name raw, Kind raw, Waits false, an Open", backend, d, backend)
+	if want := rawTestNames[backend]; !slices.Equal(names, want) {
+		t.Fatalf("RawDesigns(%s) names = %v, want %v", backend, names, want)
 	}
-	return d
+	return ds
+}
+
+// rawTestDesign is the raw design of backend named name.
+func rawTestDesign(t *testing.T, backend, env, name string) Design {
+	t.Helper()
+	for _, d := range rawTestDesigns(t, backend, env) {
+		if d.Name == name {
+			return d
+		}
+	}
+	t.Fatalf("RawDesigns(%s) has no design %s", backend, name)
+	return Design{}
 }
 
 // rawTestLeaks fails the test if goroutines it started outlive it. Call
@@ -102,30 +126,33 @@ func rawWantBusy(t *testing.T, c Client, key, who string) {
 // alone.
 func TestRawExclusion(t *testing.T) {
 	for _, b := range rawTestBackends {
-		t.Run(b.backend, func(t *testing.T) {
-			rawTestLeaks(t)
-			d := rawTestDesign(t, b.backend, b.env)
-			c1, c2 := rawTestOpen(t, d), rawTestOpen(t, d)
-			key, ctx := rawTestKey(t), context.Background()
+		for _, name := range rawTestNames[b.backend] {
+			t.Run(b.backend+"/"+name, func(t *testing.T) { rawTestExclusion(t, rawTestDesign(t, b.backend, b.env, name)) })
+		}
+	}
+}
 
-			u1 := rawMustLock(t, c1, key, 10*time.Second)
-			rawWantBusy(t, c2, key, "another client")
-			rawWantBusy(t, c1, key, "the holder")
-			if err := u1(ctx); err != nil {
-				t.Fatalf("Unlock: %v", err)
-			}
-			u2 := rawMustLock(t, c2, key, 10*time.Second)
-			if err := u1(ctx); !errors.Is(err, rawErrNotHeld) {
-				t.Fatalf("stale Unlock = %v, want rawErrNotHeld", err)
-			}
-			rawWantBusy(t, c1, key, "after a stale Unlock")
-			if err := u2(ctx); err != nil {
-				t.Fatalf("Unlock: %v", err)
-			}
-			if u := rawMustLock(t, c1, "other-"+key, 10*time.Second); u(ctx) != nil {
-				t.Fatal("Unlock of another key failed")
-			}
-		})
+func rawTestExclusion(t *testing.T, d Design) {
+	rawTestLeaks(t)
+	c1, c2 := rawTestOpen(t, d), rawTestOpen(t, d)
+	key, ctx := rawTestKey(t), context.Background()
+
+	u1 := rawMustLock(t, c1, key, 10*time.Second)
+	rawWantBusy(t, c2, key, "another client")
+	rawWantBusy(t, c1, key, "the holder")
+	if err := u1(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	u2 := rawMustLock(t, c2, key, 10*time.Second)
+	if err := u1(ctx); !errors.Is(err, rawErrNotHeld) {
+		t.Fatalf("stale Unlock = %v, want rawErrNotHeld", err)
+	}
+	rawWantBusy(t, c1, key, "after a stale Unlock")
+	if err := u2(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if u := rawMustLock(t, c1, "other-"+key, 10*time.Second); u(ctx) != nil {
+		t.Fatal("Unlock of another key failed")
 	}
 }
 
@@ -136,7 +163,7 @@ func TestRawRedisTTL(t *testing.T) {
 	for _, b := range rawTestBackends[:2] {
 		t.Run(b.backend, func(t *testing.T) {
 			rawTestLeaks(t)
-			d := rawTestDesign(t, b.backend, b.env)
+			d := rawTestDesign(t, b.backend, b.env, "raw")
 			c1, c2 := rawTestOpen(t, d), rawTestOpen(t, d)
 			key, ctx := rawTestKey(t), context.Background()
 
@@ -161,12 +188,16 @@ func TestRawRedisTTL(t *testing.T) {
 }
 
 // TestRawSessionRelease: on etcd and ZooKeeper a lock lives as long as
-// its client's lease or session, so closing the client frees it at once.
+// its client's lease or session, so closing the client frees it at once;
+// a PostgreSQL advisory lock lives as long as its session, which the
+// server ends just after Close has said goodbye: soon, if not at once.
 func TestRawSessionRelease(t *testing.T) {
-	for _, b := range rawTestBackends[2:] {
-		t.Run(b.backend, func(t *testing.T) {
+	for _, b := range []struct{ backend, env, design string }{
+		{"zookeeper", envZK, "raw"}, {"etcd", envEtcd, "raw"}, {"postgres", envPostgres, "raw-advisory"},
+	} {
+		t.Run(b.backend+"/"+b.design, func(t *testing.T) {
 			rawTestLeaks(t)
-			d := rawTestDesign(t, b.backend, b.env)
+			d := rawTestDesign(t, b.backend, b.env, b.design)
 			c2 := rawTestOpen(t, d)
 			key := rawTestKey(t)
 
@@ -179,7 +210,17 @@ func TestRawSessionRelease(t *testing.T) {
 			if err := c1.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if err := rawMustLock(t, c2, key, 10*time.Second)(context.Background()); err != nil {
+			var u Unlock
+			for deadline := time.Now().Add(10 * time.Second); u == nil; {
+				if u, err = c2.Lock(context.Background(), key, 10*time.Second); err != nil && (!errors.Is(err, ErrBusy) || time.Now().After(deadline)) {
+					t.Fatalf("Lock after the holder closed: %v", err)
+				}
+				if b.backend != "postgres" && u == nil {
+					t.Fatal("Lock after the holder closed: busy, want the key freed with the session")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := u(context.Background()); err != nil {
 				t.Fatalf("Unlock: %v", err)
 			}
 		})
@@ -191,7 +232,7 @@ func TestRawSessionRelease(t *testing.T) {
 func TestRawZKQueue(t *testing.T) {
 	rawTestLeaks(t)
 	zkURL := serverURL(t, envZK)
-	d := rawTestDesign(t, "zookeeper", envZK)
+	d := rawTestDesign(t, "zookeeper", envZK, "raw")
 	c1, c2 := rawTestOpen(t, d), rawTestOpen(t, d)
 	key := rawTestKey(t)
 	u := rawMustLock(t, c1, key, time.Second)
@@ -227,7 +268,7 @@ func TestRawZKQueue(t *testing.T) {
 func TestRawRedlockQuorum(t *testing.T) {
 	rawTestLeaks(t)
 	redlockURL := serverURL(t, envRedlock)
-	d := rawTestDesign(t, "redlock", envRedlock)
+	d := rawTestDesign(t, "redlock", envRedlock, "raw")
 	c := rawTestOpen(t, d)
 	target, err := rawParseURL("redlock", redlockURL)
 	if err != nil {
@@ -288,6 +329,8 @@ var rawTestBadURLs = []struct{ backend, url, want string }{
 	{"zookeeper", "zookeeper://127.0.0.1:2181/a//b", "empty node name"},
 	{"etcd", "etcds://127.0.0.1:2379", `scheme "etcds"`},
 	{"etcd", "etcd://user:secret@h1:%zz", "host"},
+	{"postgres", "redis://127.0.0.1:6379", `scheme "redis"`},
+	{"postgres", "postgres://user:secret@h1:99999/db", "port"},
 }
 
 // TestRawPeerBadInput: a URL or backend the designs cannot use is an
@@ -328,6 +371,7 @@ func TestRawPeerUnreachable(t *testing.T) {
 	urls := map[string]string{
 		"redis": "redis://127.0.0.1:1", "redlock": "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
 		"zookeeper": "zookeeper://127.0.0.1:1", "etcd": "etcd://127.0.0.1:1",
+		"postgres": "postgres://127.0.0.1:1/locker?sslmode=disable",
 	}
 	for backend, u := range urls {
 		raw, err := RawDesigns(backend, u)

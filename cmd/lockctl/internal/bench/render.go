@@ -654,30 +654,31 @@ func renderKindRank(kind string) int {
 }
 
 // renderVersus says how a Locker result's rate compares with its
-// baselines: the raw design and the fastest peer measured in the same
-// scenario on the same backend with the same parameters and RTT, as
-// "0.97x raw, 1.12x redsync". It is empty for other kinds of design, and
-// leaves out a baseline that is missing or has no rate. all is the
-// scenario's results.
+// baselines: each raw design (one per backend, two on postgres) and the
+// fastest peer measured in the same scenario on the same backend with
+// the same parameters and RTT, as "0.97x raw, 1.12x redsync". It is
+// empty for other kinds of design, and leaves out a baseline that is
+// missing or has no rate. all is the scenario's results.
 func renderVersus(x Result, all []Result) string {
 	if x.Kind != KindLocker {
 		return ""
 	}
-	var raw, peer *Result
+	var raws []*Result
+	var peer *Result
 	for i := range all {
 		b := &all[i]
 		if b.Backend != x.Backend || b.RTT != x.RTT || !maps.Equal(b.Params, x.Params) || b.PerSec <= 0 {
 			continue
 		}
 		switch {
-		case b.Kind == KindRaw && raw == nil:
-			raw = b
+		case b.Kind == KindRaw && !slices.ContainsFunc(raws, func(r *Result) bool { return r.Design == b.Design }):
+			raws = append(raws, b)
 		case b.Kind == KindPeer && (peer == nil || b.PerSec > peer.PerSec):
 			peer = b
 		}
 	}
 	var parts []string
-	for _, b := range []*Result{raw, peer} {
+	for _, b := range append(raws, peer) {
 		if b != nil {
 			parts = append(parts, renderRatio(x.PerSec/b.PerSec)+" "+b.Design)
 		}

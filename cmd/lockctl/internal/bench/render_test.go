@@ -220,6 +220,9 @@ func TestRenderVersus(t *testing.T) {
 		{Backend: "etcd", Design: "locker", Kind: KindLocker, Params: p8, PerSec: 400},
 		{Backend: "etcd", Design: "raw", Kind: KindRaw, Params: p8, PerSec: 0},
 		{Backend: "etcd", Design: "locker", Kind: KindLocker, Params: map[string]int{"clients": 64}, PerSec: 1},
+		{Backend: "postgres", Design: "locker", Kind: KindLocker, Params: p8, PerSec: 900},
+		{Backend: "postgres", Design: "raw", Kind: KindRaw, Params: p8, PerSec: 1000},
+		{Backend: "postgres", Design: "raw-advisory", Kind: KindRaw, Params: p8, PerSec: 1800},
 	}
 	for _, c := range []struct {
 		i    int
@@ -228,8 +231,9 @@ func TestRenderVersus(t *testing.T) {
 		{0, "0.90x raw, 1.20x redsync"}, // the raw design, and the faster of two peers; not the raw design at other params
 		{1, ""},                         // only the Locker is compared
 		{3, ""},
-		{6, "0.50x mutex"}, // a raw design without a rate is no baseline; a peer on another backend is not either
-		{8, ""},            // no baseline at these params
+		{6, "0.50x mutex"},                   // a raw design without a rate is no baseline; a peer on another backend is not either
+		{8, ""},                              // no baseline at these params
+		{9, "0.90x raw, 0.50x raw-advisory"}, // every raw design, in the order measured
 	} {
 		if got := renderVersus(all[c.i], all); got != c.want {
 			t.Errorf("renderVersus(%s/%s %v) = %q, want %q", all[c.i].Backend, all[c.i].Design, all[c.i].Params, got, c.want)

@@ -27,17 +27,21 @@ const serverTimeout = 2 * time.Second
 // ServerVersions asks the servers of the deployment of backend (the
 // Backend.Name) at rawURL for their version, as Backend.Servers gives
 // it: "Redis 7.0.15", "5 x Redis 7.0.15", "ZooKeeper 3.8.0", "etcd
-// 3.6.16", "in-process" for memory; empty when no server told.
+// 3.6.16", "PostgreSQL 15.8", "in-process" for memory; empty when no
+// server told.
 func ServerVersions(ctx context.Context, backend, rawURL string) string {
 	if backend == "memory" {
 		return "in-process"
+	}
+	ctx, cancel := context.WithTimeout(ctx, serverTimeout)
+	defer cancel()
+	if backend == "postgres" {
+		return serverPostgres(ctx, rawURL)
 	}
 	t, err := rawParseURL(backend, rawURL)
 	if err != nil {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, serverTimeout)
-	defer cancel()
 	var ask func(ctx context.Context, host string) string
 	switch backend {
 	case "redis", "redlock":

@@ -22,6 +22,7 @@ func TestServerVersions(t *testing.T) {
 		"redlock":   `^%d x Redis ` + release + `$`,
 		"zookeeper": `^ZooKeeper ` + release + `$`,
 		"etcd":      `^etcd ` + release + `$`,
+		"postgres":  `^PostgreSQL \d+(\.\d+)+$`, // 15.8, 17.2: a major and a minor
 	}
 	for _, b := range rawTestBackends {
 		t.Run(b.backend, func(t *testing.T) {
@@ -68,6 +69,8 @@ func TestServerVersionsUnknown(t *testing.T) {
 		{"zookeeper", "zookeeper", "zookeeper://" + silent},
 		{"zookeeper-refused", "zookeeper", "zookeeper://" + refused},
 		{"etcd", "etcd", "etcd://" + silent},
+		{"postgres", "postgres", "postgres://" + silent + "/locker?sslmode=disable"},
+		{"postgres-several", "postgres", "postgres://" + silent + "," + silent + "/locker"},
 		{"redis-tls", "redis", "rediss://" + silent}, // not read by the raw designs
 	} {
 		t.Run(tc.name, func(t *testing.T) {

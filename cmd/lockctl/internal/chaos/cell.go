@@ -43,7 +43,8 @@ func (e *engine) cell(ctx context.Context, sc *Scenario, d *deployment) Cell {
 	if sc.Bounded {
 		c.Bound = d.ttl + d.slack + expiryMargin
 	}
-	c.judge(slices.Contains(sc.Violates, d.backend), d.fencing)
+	c.judge(expectation{violates: slices.Contains(sc.Violates, d.backend), fencing: d.fencing,
+		keeps: slices.Contains(sc.Keeps, d.backend), loses: slices.Contains(sc.Loses, d.backend)})
 	return c
 }
 
@@ -82,6 +83,11 @@ func (e *engine) ownServers(ctx context.Context, set serverSet, d *deployment) (
 		}
 		d.url, d.cluster = c.url(), c
 		return c.stop, err
+	}
+	if d.backend == "postgres" {
+		servers, url, err := e.pgServersFor(ctx, set)
+		d.url, d.pg = url, servers
+		return func() { stopPG(servers) }, err
 	}
 	bin, err := findRedisServer(e.o.RedisServer)
 	if err != nil {
@@ -129,12 +135,25 @@ func (c *Cell) lateRounds() int {
 	return n
 }
 
+// expectation is what a cell's scenario and backend promise (see
+// Scenario.Violates, Keeps and Loses).
+type expectation struct {
+	violates bool // a stale write accepted in every round: the backend cannot fence
+	fencing  bool // the backend fences
+	keeps    bool // the lock survives the fault: no second holder
+	loses    bool // the fault loses the lock and its fence, in every round
+}
+
 // judge sets the cell's expectation and verdict. What must hold
-// everywhere: the key can be taken again once the faults clear, and no
-// write of the current holder is refused. Where the backend fences, no
-// stale write may be accepted; where the scenario is Redlock's known
-// weakness, a stale write accepted is what the checker must see.
-func (c *Cell) judge(violates, fencing bool) {
+// everywhere: the key can be taken again once the faults clear, and,
+// unless the fault loses fences, no write of the current holder is
+// refused. Where the backend fences, no stale write may be accepted;
+// where the scenario is Redlock's known weakness, a stale write accepted
+// is what the checker must see; where the fault loses the lock and its
+// fence (a failover to an asynchronous replica), a second holder and a
+// repeated fence are; where the lock survives the fault, no second
+// holder may be seen.
+func (c *Cell) judge(x expectation) {
 	var bad []string
 	if len(c.Errors) > 0 {
 		bad = append(bad, fmt.Sprintf("%d round(s) failed", len(c.Errors)))
@@ -142,19 +161,30 @@ func (c *Cell) judge(violates, fencing bool) {
 	if c.Recovered < c.Rounds {
 		bad = append(bad, fmt.Sprintf("the key was taken again in %d of %d rounds", c.Recovered, c.Rounds))
 	}
-	if c.Counts.RightfulRejected > 0 {
+	if c.Counts.RightfulRejected > 0 && !x.loses {
 		bad = append(bad, fmt.Sprintf("%d rightful write(s) rejected: a fence went backwards", c.Counts.RightfulRejected))
 	}
 	if late := c.lateRounds(); late > 0 {
 		bad = append(bad, fmt.Sprintf("in %d round(s) the rival waited past TTL + expiry slack + %v (%v), up to %v", late, expiryMargin, c.Bound, c.NewHolder.Round(time.Millisecond)))
 	}
+	if x.keeps && c.Counts.Overlaps > 0 {
+		bad = append(bad, fmt.Sprintf("the lock was lost to the fault: a second holder in %d round(s)", c.overlapRounds()))
+	}
 	switch {
-	case violates:
+	case x.loses:
+		c.Expect = "a second holder and a repeated fence in every round: the promoted replica never received the holder's grant nor its fence"
+		if n := c.overlapRounds(); n < c.Rounds {
+			bad = append(bad, fmt.Sprintf("a second holder in fewer rounds than expected (%d of %d)", n, c.Rounds))
+		}
+		if n := c.repeatedFenceRounds(); n < c.Rounds {
+			bad = append(bad, fmt.Sprintf("a repeated fence in fewer rounds than expected (%d of %d)", n, c.Rounds))
+		}
+	case x.violates:
 		c.Expect = "stale writes accepted: this backend cannot fence, and this fault hands a rival the lock"
 		if c.StaleRounds < c.Rounds {
 			bad = append(bad, fmt.Sprintf("stale writes accepted in fewer rounds than expected (%d of %d)", c.StaleRounds, c.Rounds))
 		}
-	case fencing:
+	case x.fencing:
 		c.Expect = "no stale write accepted (the fence rejects it), no rightful write rejected"
 		if n := c.Counts.StaleAccepted + c.Counts.LateAccepted; n > 0 {
 			bad = append(bad, fmt.Sprintf("%d stale write(s) accepted although the backend fences", n))
@@ -165,6 +195,9 @@ func (c *Cell) judge(violates, fencing bool) {
 			bad = append(bad, fmt.Sprintf("%d stale write(s) accepted", n))
 		}
 	}
+	if x.keeps {
+		c.Expect = "the lock survives the fault (no second holder); " + c.Expect
+	}
 	if c.Bound > 0 {
 		c.Expect += fmt.Sprintf("; the rival holds the key within %v of the fault (TTL + expiry slack + %v)", c.Bound, expiryMargin)
 	}
@@ -173,4 +206,29 @@ func (c *Cell) judge(violates, fencing bool) {
 	if !c.Expected {
 		c.Verdict = "UNEXPECTED: " + strings.Join(bad, "; ")
 	}
+}
+
+// overlapRounds counts the rounds in which two clients believed they held
+// the key at once.
+func (c *Cell) overlapRounds() int {
+	n := 0
+	for _, h := range c.History {
+		if h.Counts.Overlaps > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// repeatedFenceRounds counts the rounds in which a fence was not above
+// an older holder's: the newer holder's write refused, or the older
+// holder's accepted.
+func (c *Cell) repeatedFenceRounds() int {
+	n := 0
+	for _, h := range c.History {
+		if h.Counts.RightfulRejected+h.Counts.StaleAccepted+h.Counts.LateAccepted > 0 {
+			n++
+		}
+	}
+	return n
 }

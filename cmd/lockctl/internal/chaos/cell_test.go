@@ -60,7 +60,7 @@ func TestCellJudge(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &Cell{Scenario: "s", Backend: "b", Rounds: tt.rounds, Counts: tt.counts, Recovered: tt.recovered, StaleRounds: tt.stale, Errors: tt.errors}
-			c.judge(tt.violates, tt.fencing)
+			c.judge(expectation{violates: tt.violates, fencing: tt.fencing})
 			if c.Expected != tt.expected {
 				t.Errorf("Expected = %v, want %v (verdict %q)", c.Expected, tt.expected, c.Verdict)
 			}
@@ -72,6 +72,64 @@ func TestCellJudge(t *testing.T) {
 			}
 			if !tt.expected && !strings.HasPrefix(c.Verdict, "UNEXPECTED: ") {
 				t.Errorf("Verdict = %q, want it to start with UNEXPECTED", c.Verdict)
+			}
+			for _, r := range tt.reasons {
+				if !strings.Contains(c.Verdict, r) {
+					t.Errorf("Verdict = %q, want it to name %q", c.Verdict, r)
+				}
+			}
+		})
+	}
+}
+
+// TestCellJudgeKeepsLoses: where the lock must survive the fault, a
+// second holder in any round is unexpected; where the fault loses the
+// lock and its fence, a second holder and a repeated fence are expected
+// in every round, and a rightful write refused is what shows the fence.
+func TestCellJudgeKeepsLoses(t *testing.T) {
+	rounds := func(cs ...Counts) []RoundResult {
+		var h []RoundResult
+		for _, c := range cs {
+			h = append(h, RoundResult{Counts: c})
+		}
+		return h
+	}
+	broken := Counts{Overlaps: 1, RightfulRejected: 1, LateAccepted: 1}
+	tests := []struct {
+		name     string
+		x        expectation
+		history  []RoundResult
+		expected bool
+		expect   string
+		reasons  []string
+	}{
+		{name: "keeps, no second holder", x: expectation{fencing: true, keeps: true}, history: rounds(Counts{}, Counts{}),
+			expected: true, expect: "the lock survives the fault (no second holder); no stale write accepted"},
+		{name: "keeps, a second holder", x: expectation{fencing: true, keeps: true}, history: rounds(Counts{}, Counts{Overlaps: 1, StaleRejected: 1}),
+			expect: "survives", reasons: []string{"the lock was lost to the fault: a second holder in 1 round(s)"}},
+		{name: "keeps, a fence gone backwards", x: expectation{fencing: true, keeps: true}, history: rounds(Counts{RightfulRejected: 1}),
+			reasons: []string{"1 rightful write(s) rejected"}},
+		{name: "loses in every round", x: expectation{fencing: true, loses: true}, history: rounds(broken, Counts{Overlaps: 1, StaleAccepted: 1}),
+			expected: true, expect: "a second holder and a repeated fence in every round"},
+		{name: "loses, one round without a second holder", x: expectation{fencing: true, loses: true}, history: rounds(broken, Counts{RightfulRejected: 1}),
+			reasons: []string{"a second holder in fewer rounds than expected (1 of 2)"}},
+		{name: "loses, one round whose fence held", x: expectation{fencing: true, loses: true}, history: rounds(broken, Counts{Overlaps: 1, StaleRejected: 1}),
+			reasons: []string{"a repeated fence in fewer rounds than expected (1 of 2)"}},
+		{name: "loses, nothing lost", x: expectation{fencing: true, loses: true}, history: rounds(Counts{}, Counts{}),
+			reasons: []string{"(0 of 2)", "a repeated fence in fewer"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Cell{Rounds: len(tt.history), Recovered: len(tt.history), History: tt.history}
+			for _, h := range tt.history {
+				c.Counts.add(h.Counts)
+			}
+			c.judge(tt.x)
+			if c.Expected != tt.expected {
+				t.Errorf("Expected = %v, want %v (verdict %q)", c.Expected, tt.expected, c.Verdict)
+			}
+			if !strings.Contains(c.Expect, tt.expect) {
+				t.Errorf("Expect = %q, want it to contain %q", c.Expect, tt.expect)
 			}
 			for _, r := range tt.reasons {
 				if !strings.Contains(c.Verdict, r) {
@@ -137,7 +195,7 @@ func TestPick(t *testing.T) {
 }
 
 // TestScenarios checks the table's own consistency: unique names, a run
-// function each, and Violates a subset of Backends.
+// function each, and Violates, Keeps and Loses subsets of Backends.
 func TestScenarios(t *testing.T) {
 	seen := map[string]bool{}
 	for _, sc := range Scenarios {
@@ -148,9 +206,16 @@ func TestScenarios(t *testing.T) {
 		if sc.run == nil || sc.About == "" || len(sc.Backends) == 0 {
 			t.Errorf("scenario %q: run, About and Backends must be set", sc.Name)
 		}
-		for _, v := range sc.Violates {
-			if !slices.Contains(sc.Backends, v) {
-				t.Errorf("scenario %q violates on %q, which is not one of its backends %v", sc.Name, v, sc.Backends)
+		for what, bs := range map[string][]string{"violates": sc.Violates, "keeps": sc.Keeps, "loses": sc.Loses} {
+			for _, v := range bs {
+				if !slices.Contains(sc.Backends, v) {
+					t.Errorf("scenario %q %s on %q, which is not one of its backends %v", sc.Name, what, v, sc.Backends)
+				}
+			}
+		}
+		for _, v := range sc.Loses {
+			if slices.Contains(sc.Keeps, v) || slices.Contains(sc.Violates, v) {
+				t.Errorf("scenario %q: loses on %q and also keeps or violates there", sc.Name, v)
 			}
 		}
 	}

@@ -34,6 +34,7 @@ type Options struct {
 	RedisServer string // the redis-server binary for the scenarios that restart servers
 	Etcd        string // the etcd binary for the leader scenarios
 	ZKClasspath string // the ZooKeeper classpath for the leader scenarios
+	PGBin       string // the directory of PostgreSQL's programs for the scenarios that restart servers
 	Worker      WorkerCommand
 	Command     string // the command line, for the report
 	// Progress, if set, is told of each round as it starts, with an
@@ -128,6 +129,7 @@ type deployment struct {
 	ttl     time.Duration
 	slack   time.Duration
 	servers []*redisServer // those the engine started, for the scenarios that restart them
+	pg      []*pgServer    // the PostgreSQL servers the engine started: a primary, and its replica if any
 	cluster *cluster       // the three-member cluster the engine started, for the leader scenarios
 	bare    bool           // the scenario's Bare
 }
@@ -237,6 +239,10 @@ type engine struct {
 	conns  bench.ConnPeaks
 	procMu sync.Mutex // guards procs
 	procs  []*proc    // the workers started, for sampleConns
+
+	pgMu  sync.Mutex // guards pg and pgErr
+	pg    *pgEnv     // made by the first round that starts PostgreSQL servers
+	pgErr error
 }
 
 // progress reports the start of d's next round.

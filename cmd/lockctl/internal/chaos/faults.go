@@ -193,4 +193,5 @@ var defaultPorts = map[string]string{
 	"redis": "6379", "rediss": "6379", "redlock": "6379", "redlocks": "6379",
 	"redis+sentinel": "26379", "rediss+sentinel": "26379",
 	"zookeeper": "2181", "zk": "2181", "etcd": "2379", "etcds": "2379",
+	"postgres": "5432", "postgresql": "5432",
 }

@@ -24,6 +24,8 @@ func TestURLHosts(t *testing.T) {
 		{"redis+sentinel://s1,s2:26380/mymaster", []string{"s1:26379", "s2:26380"}},
 		{"zk://[::1],[::1]:2182/chroot", []string{"[::1]:2181", "[::1]:2182"}},
 		{"etcds://e1?cacert=/x", []string{"e1:2379"}},
+		{"postgres://u@p1,p2:5433/db?target_session_attrs=read-write", []string{"p1:5432", "p2:5433"}},
+		{"postgresql://[::1]/db", []string{"[::1]:5432"}},
 	} {
 		if got := urlHosts(tc.url); !slices.Equal(got, tc.want) {
 			t.Errorf("urlHosts(%q) = %q, want %q", tc.url, got, tc.want)

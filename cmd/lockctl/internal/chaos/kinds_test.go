@@ -119,12 +119,12 @@ func TestKindsScenariosGated(t *testing.T) {
 // is unexpected, and says so.
 func TestCellBound(t *testing.T) {
 	c := Cell{Rounds: 2, Recovered: 2, Bound: time.Second, History: []RoundResult{{NewHolder: 900 * time.Millisecond}, {NewHolder: 1500 * time.Millisecond}}, NewHolder: 1500 * time.Millisecond}
-	c.judge(false, true)
+	c.judge(expectation{fencing: true})
 	if c.Expected || !strings.Contains(c.Verdict, "in 1 round(s) the rival waited past TTL + expiry slack") {
 		t.Errorf("verdict %q, want one round past the bound", c.Verdict)
 	}
 	c.History[1].NewHolder = time.Second
-	c.judge(false, true)
+	c.judge(expectation{fencing: true})
 	if !c.Expected {
 		t.Errorf("within the bound: %q", c.Verdict)
 	}

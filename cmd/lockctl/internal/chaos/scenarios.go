@@ -15,12 +15,20 @@ type Scenario struct {
 	// Backends it applies to.
 	Backends []string
 	// Servers: the scenario restarts servers, so it runs on servers of
-	// its own that the engine starts (Redis ones), not on the deployment
-	// given.
+	// its own that the engine starts (Redis or PostgreSQL ones, or a
+	// cluster), not on the deployment given.
 	Servers serverSet
 	// Violates: the backends on which the scenario is expected to let a
 	// stale write through (Redlock, which cannot fence).
 	Violates []string
+	// Keeps: the backends on which the lock survives the fault: a rival
+	// must not hold the key while the holder does, and the next holder's
+	// fence is above the last one's.
+	Keeps []string
+	// Loses: the backends on which the fault loses the holder's grant
+	// and the fence it was given (a failover to an asynchronous replica):
+	// a second holder and a repeated fence are expected in every round.
+	Loses []string
 	// Bare: on Redlock, the holder reaches only nodes 1 to 3 of 5 when it
 	// acquires, Kleppmann's case: one faulty node of the three then hands
 	// a rival a majority. With all five votes, one node cannot.
@@ -68,9 +76,9 @@ type serverSet int
 
 const (
 	givenServers serverSet = iota // the deployment's own
-	ownServers                    // Redis: one redis-server; Redlock: five; no persistence
+	ownServers                    // Redis: one redis-server; Redlock: five; no persistence. PostgreSQL: one server
 	ownAOF                        // one redis-server, AOF with appendfsync always
-	ownSentinel                   // a master, its replica and three Sentinels (sentinelGroup)
+	ownFailover                   // a primary and its asynchronous replica: Redis with three Sentinels (sentinelGroup), PostgreSQL streaming (pgPair)
 	ownCluster                    // three etcd members or a ZooKeeper ensemble of three (cluster.go)
 )
 
@@ -90,12 +98,12 @@ var Scenarios = []*Scenario{
 		About: "the holder's acquisition reaches the servers and is applied, but its replies are held back until the holder gives up waiting, then dropped with its connections: the key must not stay blocked past its TTL"},
 	{Name: "clock-fast", Backends: []string{"redis", "redlock"}, Violates: []string{"redlock"}, Servers: ownServers, Bare: true, run: runClockFast,
 		About: "a server's clock runs ahead: the lock key expires early on it (simulated by cutting the key's remaining TTL to 1 ms, since libfaketime does not work with redis-server); Redlock's holder reached a bare majority (3 of 5), one of which is that node"},
-	{Name: "restart", Backends: []string{"redis", "redlock"}, Servers: ownServers, Violates: []string{"redlock"}, Bare: true, run: runRestart,
-		About: "a server without persistence is restarted at once while the lock is held (Redlock: one of the 3 of 5 nodes the holder reached)"},
+	{Name: "restart", Backends: []string{"redis", "redlock", "postgres"}, Servers: ownServers, Violates: []string{"redlock"}, Keeps: []string{"postgres"}, Bare: true, run: runRestart,
+		About: "a server is killed (SIGKILL) and started again at once while the lock is held: Redis without persistence (Redlock: one of the 3 of 5 nodes the holder reached), or PostgreSQL, whose WAL keeps the lease rows and the fence sequence (the holder then releases, and the rival takes the key with a larger fence)"},
 	{Name: "restart-aof", Backends: []string{"redis"}, Servers: ownAOF, run: runRestartAOF,
 		About: "the Redis server, with AOF and appendfsync always, is restarted at once while the lock is held"},
-	{Name: "failover", Backends: []string{"redis"}, Servers: ownSentinel, run: runFailover,
-		About: "a master with one replica and three Sentinels: replication is held back, the master is killed right after it granted the lock, and the Sentinels promote the replica, which never had the lock key; a rival takes the lock there"},
+	{Name: "failover", Backends: []string{"redis", "postgres"}, Servers: ownFailover, Loses: []string{"postgres"}, run: runFailover,
+		About: "a primary with one asynchronous replica: replication is held back, the primary is killed right after it granted the lock, and the replica, which never had the grant, is promoted (Redis: by three Sentinels; PostgreSQL: by pg_ctl promote, the clients given both hosts with target_session_attrs=read-write); a rival takes the lock there"},
 	{Name: "leader-kill", Backends: []string{"zookeeper", "etcd"}, Servers: ownCluster, run: runLeaderKill,
 		About: "in a three-member cluster, the leader is killed while the lock is held: a new leader is elected, the lock must survive it (a rival is refused) or, if it is lost, the holder must know"},
 	{Name: "leader-partition", Backends: []string{"zookeeper", "etcd"}, Servers: ownCluster, run: runLeaderPartition,
@@ -120,7 +128,7 @@ var Scenarios = []*Scenario{
 		About: "an election's leader (locker.Election) is paused (SIGSTOP) past its TTL; another campaigner is elected and writes with its term; the paused leader resumes and makes the write it had decided on, with its old term (Redlock mints no terms). Each reading of the leader must show the elected one's term, token and value"},
 }
 
-var serverBackends = []string{"redis", "redlock", "zookeeper", "etcd"}
+var serverBackends = []string{"redis", "redlock", "zookeeper", "etcd", "postgres"}
 
 // ScenarioNames lists the scenarios' names.
 func ScenarioNames() []string {
@@ -267,6 +275,9 @@ func runClockFast(ctx context.Context, r *round, d *deployment) error {
 }
 
 func runRestart(ctx context.Context, r *round, d *deployment) error {
+	if d.backend == "postgres" {
+		return runRestartKept(ctx, r, d)
+	}
 	return nodeFault(ctx, r, d, func(n int) (string, error) {
 		return fmt.Sprintf("node %d restarted without persistence", n+1), d.servers[n].restart(ctx, 0)
 	})
@@ -317,6 +328,46 @@ func runRestartAOF(ctx context.Context, r *round, d *deployment) error {
 		return err
 	}
 	return r.release(ctx, a)
+}
+
+// runRestartKept: the server keeps its locks across the restart (they
+// are rows of a table, its WAL written at each commit), so the rival must
+// not get the key while the holder holds; once the holder writes and
+// releases, the rival takes the key and writes with a fence above the
+// holder's, which the restarted server's sequence must give it.
+func runRestartKept(ctx context.Context, r *round, d *deployment) error {
+	a, b, err := holder(ctx, r, d, longTTL)
+	if err != nil {
+		return err
+	}
+	if err := d.pg[0].restart(ctx); err != nil {
+		return err
+	}
+	at := r.mark("the server killed (SIGKILL) and started again")
+	_, err = r.acquire(ctx, b, r.ttl, 2*time.Second)
+	rivalHolds := err == nil
+	if rivalHolds {
+		r.newHolder = r.since() - at
+		r.write(ctx, b, true)
+	} else if !errors.Is(err, errWorker) {
+		return err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return err
+	}
+	if rivalHolds {
+		return r.release(ctx, b)
+	}
+	if _, err := a.do(ctx, 10*time.Second, "release", evReleased); err != nil {
+		return err
+	}
+	if _, err := r.acquire(ctx, b, r.ttl, r.expiry(r.ttl)); err != nil {
+		return err
+	}
+	if _, err := r.write(ctx, b, true); err != nil {
+		return err
+	}
+	return r.release(ctx, b)
 }
 
 // runRestartDelayed: while node 3 is down, the holder's refreshes reach 2

@@ -100,6 +100,9 @@ func waitSynced(ctx context.Context, replica *redisServer) error {
 // reject it, which needs B's fence above A's though the replica never
 // saw A's fence either.
 func runFailover(ctx context.Context, r *round, d *deployment) error {
+	if d.backend == "postgres" {
+		return runFailoverPG(ctx, r, d)
+	}
 	master := d.servers[0]
 	master.link.Cut()
 	r.mark("replication from the master held back")

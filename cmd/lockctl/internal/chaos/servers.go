@@ -179,7 +179,7 @@ func ownServersFor(ctx context.Context, set serverSet, backend, bin, dir string)
 	if backend == "redlock" {
 		n = 5
 	}
-	if set == ownSentinel {
+	if set == ownFailover {
 		return sentinelGroup(ctx, bin, dir)
 	}
 	var servers []*redisServer
