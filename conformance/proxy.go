@@ -61,7 +61,8 @@ func NewProxy(target string) (*Proxy, error) {
 // gets the usual port of the backends of this module (6379 for redis://,
 // rediss://, redlock:// and redlocks://, 26379 for redis+sentinel:// and
 // rediss+sentinel://, 2181 for zookeeper:// and zk://, 2379 for etcd://
-// and etcds://), and is an error for other schemes. The caller closes the
+// and etcds://, 5432 for postgres:// and postgresql://), and is an error
+// for other schemes. The caller closes the
 // proxies. A memory:// URL is returned as it is, with no proxy: its host
 // part names an in-process store, not a server.
 //
@@ -125,6 +126,7 @@ var defaultPorts = map[string]string{
 	"redis+sentinel": "26379", "rediss+sentinel": "26379",
 	"zookeeper": "2181", "zk": "2181",
 	"etcd": "2379", "etcds": "2379",
+	"postgres": "5432", "postgresql": "5432",
 }
 
 // hostPort returns h, a host of a URL of scheme, as host:port.

@@ -250,6 +250,7 @@ func TestProxyURLHosts(t *testing.T) {
 		{"redlock://[::1]:7001,[::1],[::1]:7003", []string{"[::1]:7001", "[::1]:6379", "[::1]:7003"}, ""},
 		{"etcds://e1,e2,e3?cacert=/ca.pem", []string{"e1:2379", "e2:2379", "e3:2379"}, "?cacert=/ca.pem"},
 		{"ETCD://e1#frag", []string{"e1:2379"}, "#frag"},
+		{"postgres://user:p%40ss@db1,db2:5433/app?sslmode=disable", []string{"db1:5432", "db2:5433"}, "/app?sslmode=disable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.raw, func(t *testing.T) {
