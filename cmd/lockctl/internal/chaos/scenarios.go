@@ -330,6 +330,25 @@ func runRestartAOF(ctx context.Context, r *round, d *deployment) error {
 	return r.release(ctx, a)
 }
 
+// rivalThenHolder is the step of a fault the lock must survive, from at:
+// the rival b tries for the key for up to wait (and writes if it got it,
+// which the checker counts against the backend), then the holder a
+// writes. It reports whether the rival holds the key.
+func rivalThenHolder(ctx context.Context, r *round, a, b *proc, at, wait time.Duration) (bool, error) {
+	_, err := r.acquire(ctx, b, r.ttl, wait)
+	rivalHolds := err == nil
+	if rivalHolds {
+		r.newHolder = r.since() - at
+		r.write(ctx, b, true)
+	} else if !errors.Is(err, errWorker) {
+		return false, err
+	}
+	if _, err := r.write(ctx, a, true); err != nil {
+		return false, err
+	}
+	return rivalHolds, nil
+}
+
 // runRestartKept: the server keeps its locks across the restart (they
 // are rows of a table, its WAL written at each commit), so the rival must
 // not get the key while the holder holds; once the holder writes and
@@ -344,15 +363,8 @@ func runRestartKept(ctx context.Context, r *round, d *deployment) error {
 		return err
 	}
 	at := r.mark("the server killed (SIGKILL) and started again")
-	_, err = r.acquire(ctx, b, r.ttl, 2*time.Second)
-	rivalHolds := err == nil
-	if rivalHolds {
-		r.newHolder = r.since() - at
-		r.write(ctx, b, true)
-	} else if !errors.Is(err, errWorker) {
-		return err
-	}
-	if _, err := r.write(ctx, a, true); err != nil {
+	rivalHolds, err := rivalThenHolder(ctx, r, a, b, at, 2*time.Second)
+	if err != nil {
 		return err
 	}
 	if rivalHolds {
@@ -712,15 +724,8 @@ func leaderFault(ctx context.Context, r *round, d *deployment, what string, faul
 	}
 	fault(c.members[l])
 	at := r.mark("the leader (member %d) %s", l+1, what)
-	_, err = r.acquire(ctx, b, r.ttl, 3*time.Second)
-	rivalHolds := err == nil
-	if rivalHolds {
-		r.newHolder = r.since() - at
-		r.write(ctx, b, true)
-	} else if !errors.Is(err, errWorker) {
-		return err
-	}
-	if _, err := r.write(ctx, a, true); err != nil {
+	rivalHolds, err := rivalThenHolder(ctx, r, a, b, at, 3*time.Second)
+	if err != nil {
 		return err
 	}
 	if err := heal(c.members[l]); err != nil {
