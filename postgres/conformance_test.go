@@ -27,6 +27,10 @@ func TestConformance(t *testing.T) {
 	}{
 		{"Open", conformance.URLHarness(raw)},
 		{"New", poolHarness(raw)},
+		// The protocol a pooler in transaction mode needs (no prepared
+		// statements): every parameter is sent as text, so no statement
+		// may leave a parameter's type to be inferred from another use.
+		{"simple-protocol", conformance.URLHarness(withParams(t, raw, "default_query_exec_mode", "simple_protocol"))},
 	}
 	var wg sync.WaitGroup
 	for _, h := range harnesses {

@@ -111,10 +111,19 @@
 // and a writer waiting for readers waits while readers overlap, as on
 // Redis.
 //
-// LISTEN needs a session: through a pooler in transaction mode (PgBouncer
-// pool_mode=transaction), locks work, since every statement stands alone,
-// but the listening connection must reach the server directly, or waiters
-// wake only at the holder's expiry.
+// # Through a pooler
+//
+// Through a pooler in transaction mode (PgBouncer pool_mode=transaction)
+// locks work, since every statement stands alone (a batch of refreshes is
+// one implicit transaction), with two settings: pgx must not keep prepared
+// statements on a server connection the pooler hands to others
+// (default_query_exec_mode=exec or simple_protocol in the URL; the
+// conformance suite runs in simple_protocol too), and LISTEN needs a
+// session, so the listening connection must reach the server directly, or
+// waiters wake only at the holder's expiry. A statement abandoned on the
+// wire is then cleaned up by its token alone: the process id a pooled
+// connection reports is the pooler's, and the driver terminates a server
+// process only when it runs one of the driver's own acquisitions.
 //
 // # Losing a lock
 //

@@ -32,17 +32,22 @@ type statements struct {
 	take, busy, release, refresh, ttl, mintFence, setValue string
 	acquire, releaseHold, refreshHolds, refreshMany        string
 	holdTTL, setHoldValue                                  string
-	inspect, forceRelease                                  string
-	sweepLocks, sweepHolds                                 string
+	// takePrefix and acquirePrefix begin take and acquire, as the server
+	// shows them running (pg_stat_activity.query), in either protocol.
+	takePrefix, acquirePrefix string
+	inspect, forceRelease     string
+	sweepLocks, sweepHolds    string
 }
 
 func newStatements(schema string) statements {
 	s := pgx.Identifier{schema}.Sanitize()
 	v := schemaVersion
+	takePrefix := `INSERT INTO ` + s + `.locks AS l (key, token, value, expires_at)`
+	acquirePrefix := `SELECT granted, fence, mismatch, held_kind, held_lim, remaining_us FROM ` + s + `.acquire_` + v + `(`
 	return statements{
 		// The mutex: one statement, as a raw INSERT is. A row whose
 		// expiry has passed is taken over, under its row lock.
-		take: `INSERT INTO ` + s + `.locks AS l (key, token, value, expires_at)
+		take: takePrefix + `
 			VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 microsecond')
 			ON CONFLICT (key) DO UPDATE SET token = excluded.token, kind = 0, lim = 0, fence = NULL,
 				value = excluded.value, expires_at = excluded.expires_at
@@ -53,7 +58,7 @@ func newStatements(schema string) statements {
 			WHERE l.key = $1 AND l.expires_at > clock_timestamp()
 			RETURNING l.token = '', l.kind, l.lim, (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint`,
 		release: `DELETE FROM ` + s + `.locks l WHERE l.key = $1 AND l.token = $2
-			RETURNING l.expires_at > clock_timestamp(), CASE WHEN l.waiters THEN pg_notify($3, md5($1)) END IS NULL`,
+			RETURNING l.expires_at > clock_timestamp(), CASE WHEN l.waiters THEN pg_notify($3, md5($1::bytea)) END IS NULL`,
 		refresh: `UPDATE ` + s + `.locks l SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
 			WHERE l.key = $1 AND l.token = $2 AND l.expires_at > clock_timestamp() RETURNING 1`,
 		refreshMany: `UPDATE ` + s + `.locks l SET expires_at = clock_timestamp() + v.ttl * interval '1 microsecond'
@@ -69,19 +74,21 @@ func newStatements(schema string) statements {
 			WHERE l.key = $1 AND l.token = $2 AND l.expires_at > clock_timestamp() RETURNING l.fence`,
 		setValue: `UPDATE ` + s + `.locks l SET value = $3
 			WHERE l.key = $1 AND l.token = $2 AND l.expires_at > clock_timestamp()
-			RETURNING pg_notify($4, md5($1)) IS NULL`,
-		acquire:      `SELECT granted, fence, mismatch, held_kind, held_lim, remaining_us FROM ` + s + `.acquire_` + v + `($1, $2, $3, $4, $5, $6, $7, $8)`,
-		releaseHold:  `SELECT released, was_live FROM ` + s + `.release_hold_` + v + `($1, $2, $3)`,
-		refreshHolds: `SELECT key, token FROM ` + s + `.refresh_holds_` + v + `($1::bytea[], $2::text[], $3::bigint[])`,
+			RETURNING pg_notify($4, md5($1::bytea)) IS NULL`,
+		takePrefix:    takePrefix,
+		acquire:       acquirePrefix + `$1, $2, $3, $4, $5, $6, $7, $8)`,
+		acquirePrefix: acquirePrefix,
+		releaseHold:   `SELECT released, was_live FROM ` + s + `.release_hold_` + v + `($1, $2, $3)`,
+		refreshHolds:  `SELECT key, token FROM ` + s + `.refresh_holds_` + v + `($1::bytea[], $2::text[], $3::bigint[])`,
 		holdTTL: `SELECT (extract(epoch FROM h.expires_at - clock_timestamp()) * 1000000)::bigint FROM ` + s + `.holds h
 			WHERE h.key = $1 AND h.token = $2 AND h.expires_at > clock_timestamp()`,
 		setHoldValue: `UPDATE ` + s + `.holds h SET value = $3
 			WHERE h.key = $1 AND h.token = $2 AND h.expires_at > clock_timestamp()
-			RETURNING pg_notify($4, md5($1)) IS NULL`,
+			RETURNING pg_notify($4, md5($1::bytea)) IS NULL`,
 		inspect: inspectSQL(schema),
 		forceRelease: `WITH l AS (DELETE FROM ` + s + `.locks l WHERE l.key = $1 RETURNING l.expires_at > clock_timestamp() AS live),
 				h AS (DELETE FROM ` + s + `.holds h WHERE h.key = $1 RETURNING 1)
-			SELECT coalesce((SELECT bool_or(l.live) FROM l), false), pg_notify($2, md5($1)) IS NULL, (SELECT count(*) FROM h)`,
+			SELECT coalesce((SELECT bool_or(l.live) FROM l), false), pg_notify($2, md5($1::bytea)) IS NULL, (SELECT count(*) FROM h)`,
 		// Rows whose expiry passed a while ago: their keys were not asked
 		// for since. Re-checked under each row's lock, so a row taken or
 		// extended meanwhile stays.
@@ -303,10 +310,16 @@ func (d *driver) abandon(req backend.Request, err error, pid uint32) error {
 // endBackend terminates server process pid, if it still runs a statement,
 // and waits until it has gone: its transaction is then committed or
 // rolled back for good. A role may terminate its own sessions.
+//
+// Only a process running one of the driver's acquisitions is terminated:
+// through a pooler, the process id a connection reports is the pooler's
+// own, and may name an unrelated server process.
 func (d *driver) endBackend(ctx context.Context, pid uint32) error {
 	var running bool
 	err := d.pool.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(a.pid)), false)
-		FROM pg_stat_activity a WHERE a.pid = $1 AND a.state <> 'idle'`, int32(pid)).Scan(&running)
+		FROM pg_stat_activity a WHERE a.pid = $1 AND a.state <> 'idle'
+		AND (starts_with(a.query, $2) OR starts_with(a.query, $3))`,
+		int32(pid), d.sql.takePrefix, d.sql.acquirePrefix).Scan(&running)
 	if err != nil || !running {
 		return err
 	}
