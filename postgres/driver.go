@@ -467,9 +467,7 @@ func (h *held) SetValue(ctx context.Context, value []byte) error {
 // one UPDATE, shared and permit holds in one call of refresh_holds_v1, the
 // two pipelined.
 func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []time.Duration) []error {
-	type ref struct{ key, token string }
-	exKeys, exTokens, exTTLs := [][]byte{}, []string{}, []int64{}
-	shKeys, shTokens, shTTLs := [][]byte{}, []string{}, []int64{}
+	var ex, sh refreshArgs
 	for i, l := range locks {
 		h := l.(*held)
 		ttl := ttls[i]
@@ -477,12 +475,53 @@ func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []
 			ttl = h.ttl
 		}
 		if h.kind == backend.Exclusive {
-			exKeys, exTokens, exTTLs = append(exKeys, []byte(h.key)), append(exTokens, h.token), append(exTTLs, micros(ttl))
+			ex.add(h, ttl)
 		} else {
-			shKeys, shTokens, shTTLs = append(shKeys, []byte(h.key)), append(shTokens, h.token), append(shTTLs, micros(ttl))
+			sh.add(h, ttl)
 		}
 	}
-	done := make(map[ref]bool, len(locks))
+	b := &pgx.Batch{}
+	ex.queue(b, d.sql.refreshMany)
+	sh.queue(b, d.sql.refreshHolds)
+	done, err := sendRefreshes(ctx, d.pool, b, len(locks))
+	errs := make([]error, len(locks))
+	for i, l := range locks {
+		h := l.(*held)
+		switch {
+		case err != nil:
+			errs[i] = d.wrap(err)
+		case !done[lockRef{h.key, h.token}]:
+			errs[i] = backend.ErrNotHeld
+		}
+	}
+	return errs
+}
+
+// lockRef names a hold: its key and token.
+type lockRef struct{ key, token string }
+
+// refreshArgs are the parallel arrays of one refresh statement.
+type refreshArgs struct {
+	keys   [][]byte
+	tokens []string
+	ttls   []int64
+}
+
+func (r *refreshArgs) add(h *held, ttl time.Duration) {
+	r.keys, r.tokens, r.ttls = append(r.keys, []byte(h.key)), append(r.tokens, h.token), append(r.ttls, micros(ttl))
+}
+
+// queue adds sql over r's arrays to b, if r has any lock.
+func (r *refreshArgs) queue(b *pgx.Batch, sql string) {
+	if len(r.keys) > 0 {
+		b.Queue(sql, r.keys, r.tokens, r.ttls)
+	}
+}
+
+// sendRefreshes sends b, whose statements return the (key, token) of each
+// hold they extended, and returns those holds, or the first error.
+func sendRefreshes(ctx context.Context, pool *pgxpool.Pool, b *pgx.Batch, n int) (map[lockRef]bool, error) {
+	done := make(map[lockRef]bool, n)
 	read := func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
@@ -491,18 +530,11 @@ func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []
 			if err := rows.Scan(&k, &t); err != nil {
 				return err
 			}
-			done[ref{string(k), t}] = true
+			done[lockRef{string(k), t}] = true
 		}
 		return rows.Err()
 	}
-	b := &pgx.Batch{}
-	if len(exKeys) > 0 {
-		b.Queue(d.sql.refreshMany, exKeys, exTokens, exTTLs)
-	}
-	if len(shKeys) > 0 {
-		b.Queue(d.sql.refreshHolds, shKeys, shTokens, shTTLs)
-	}
-	br := d.pool.SendBatch(ctx, b)
+	br := pool.SendBatch(ctx, b)
 	var err error
 	for range b.Len() {
 		rows, qerr := br.Query()
@@ -516,17 +548,7 @@ func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []
 	if cerr := br.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
-	errs := make([]error, len(locks))
-	for i, l := range locks {
-		h := l.(*held)
-		switch {
-		case err != nil:
-			errs[i] = d.wrap(err)
-		case !done[ref{h.key, h.token}]:
-			errs[i] = backend.ErrNotHeld
-		}
-	}
-	return errs
+	return done, err
 }
 
 // Watch implements backend.Notifier: waiters are woken by the release of
