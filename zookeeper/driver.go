@@ -55,8 +55,9 @@ type hooks struct {
 	moved        func(path string)              // a move's transaction returned, before its outcome is taken in
 	deleting     func(path string)              // the delete of a held lock's node was queued, on the goroutine that queued it
 	// observed: an observer of the key node parent sent a notice, having
-	// set its watches again after evs fired (or after a reconnect).
-	observed func(parent string, evs []gozk.Event, reconnected bool)
+	// set its watches again after evs fired (or after a reconnect), with
+	// data watches on holders.
+	observed func(parent string, evs []gozk.Event, reconnected bool, holders []string)
 }
 
 var testHooks atomic.Pointer[hooks]

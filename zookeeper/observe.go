@@ -202,7 +202,7 @@ func (o *observer) run() {
 		default: // a notice is pending already
 		}
 		if hk := testHooks.Load(); hk != nil && hk.observed != nil {
-			hk.observed(o.parent, evs, reconnected)
+			hk.observed(o.parent, evs, reconnected, slices.Clone(o.holders))
 		}
 	}
 }

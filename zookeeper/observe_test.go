@@ -22,6 +22,7 @@ import (
 type round struct {
 	evs         []gozk.Event
 	reconnected bool
+	holders     []string // the nodes whose data it watches now
 }
 
 // has reports whether the round saw an event of type typ on path.
@@ -45,9 +46,9 @@ type observing struct {
 func observe(t *testing.T, l locker.Locker, d *driver, key string) *observing {
 	t.Helper()
 	o := &observing{l: l, key: key, parent: d.base + "/" + encodeKey(key), rounds: make(chan round, 100)}
-	testHooks.Store(&hooks{observed: func(parent string, evs []gozk.Event, reconnected bool) {
+	testHooks.Store(&hooks{observed: func(parent string, evs []gozk.Event, reconnected bool, holders []string) {
 		if parent == o.parent {
-			o.rounds <- round{evs, reconnected}
+			o.rounds <- round{evs, reconnected, holders}
 		}
 	}})
 	t.Cleanup(func() { testHooks.Store(nil) })
@@ -137,17 +138,18 @@ func TestObserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.next(t, "the key node created", func(r round) bool { return r.has(gozk.EventNodeCreated, o.parent) })
-	h := o.inspect(t)
-	for !h.Held {
+	r := o.next(t, "the key node created", func(r round) bool { return r.has(gozk.EventNodeCreated, o.parent) })
+	for len(r.holders) == 0 {
 		// The listing after the key node's creation came before the
-		// grant: the grant fires the child watch it set.
-		o.next(t, "the grant", func(r round) bool { return r.has(gozk.EventNodeChildrenChanged, o.parent) })
-		h = o.inspect(t)
+		// grant: the grant fires the child watch it set, and the
+		// observer then watches the holder's data. Until it does, a new
+		// value would be seen by its next listing, not as a data event.
+		r = o.next(t, "the grant", func(r round) bool { return r.has(gozk.EventNodeChildrenChanged, o.parent) })
 	}
+	h := o.inspect(t)
 	nodeA := h.Detail["node"]
-	if string(h.Value) != "a" {
-		t.Fatalf("after the grant: %s; want value a", holder(h))
+	if !h.Held || string(h.Value) != "a" || !slices.Equal(r.holders, []string{nodeA}) {
+		t.Fatalf("after the grant: %s, the observer watching %q; want value a, the holder watched", holder(h), r.holders)
 	}
 
 	if err := lkA.SetValue(ctx, []byte("b")); err != nil {
