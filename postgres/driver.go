@@ -421,21 +421,18 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (h *held) Release(ctx context.Context) error {
-	q := h.d.sql.release
-	if h.kind != backend.Exclusive {
-		q = h.d.sql.releaseHold
-	}
 	var found, live bool
 	var err error
-	if h.kind != backend.Exclusive {
-		err = h.d.pool.QueryRow(ctx, q, []byte(h.key), h.token, h.d.channel).Scan(&found, &live)
-	} else {
-		var ignored bool
-		err = h.d.pool.QueryRow(ctx, q, []byte(h.key), h.token, h.d.channel).Scan(&live, &ignored)
+	if h.kind == backend.Exclusive {
+		// No row back: not ours. The second column only sends the notice.
+		var notified bool
+		err = h.d.pool.QueryRow(ctx, h.d.sql.release, []byte(h.key), h.token, h.d.channel).Scan(&live, &notified)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}
+	} else {
+		err = h.d.pool.QueryRow(ctx, h.d.sql.releaseHold, []byte(h.key), h.token, h.d.channel).Scan(&found, &live)
 	}
 	switch {
 	case err != nil:
