@@ -933,10 +933,48 @@ status() {
 	done
 }
 
+# stalls: what the servers' own logs say of their slowness (etcd's slow
+# disk syncs, applies and heartbeats; ZooKeeper's slow log syncs), a line
+# per server that logged any. with-services.sh prints it after a failed
+# run: a test that timed out on a stalled server is then told apart from
+# one that hung on its own.
+stalls() {
+	local log name
+	for log in "$DIR"/*/etcd.log "$DIR"/*/zookeeper.log; do
+		[ -f "$log" ] || continue
+		name=$(basename "$(dirname "$log")")
+		awk -v name="$name" '
+			function secs(d) { # etcd durations: 1.5s, 345.6ms, 12µs
+				if (d ~ /ms$/) return substr(d, 1, length(d) - 2) / 1000
+				if (d ~ /µs$/) return substr(d, 1, length(d) - 3) / 1e6
+				if (d ~ /s$/) return substr(d, 1, length(d) - 1) + 0
+				return 0
+			}
+			function took(line,   m) {
+				if (match(line, /"took":"[^"]*"/)) return secs(substr(line, RSTART + 8, RLENGTH - 9))
+				return 0
+			}
+			function note(kind, t) { n[kind]++; if (t > worst[kind]) worst[kind] = t }
+			/"msg":"slow fdatasync"/ { note("slow disk syncs", took($0)) }
+			/"msg":"apply request took too long"/ { note("applies over 100ms", took($0)) }
+			/failed to send out heartbeat on time/ { note("late heartbeats", 0) }
+			/fsync-ing the write ahead log/ {
+				if (match($0, /took [0-9]+ms/)) note("slow log syncs", substr($0, RSTART + 5, RLENGTH - 7) / 1000)
+			}
+			END {
+				out = ""
+				for (k in n) out = out sprintf("%s%d %s%s", out == "" ? "" : "; ", n[k], k,
+					worst[k] > 0 ? sprintf(" (worst %.2fs)", worst[k]) : "")
+				if (out != "") print name ": " out
+			}' "$log"
+	done
+}
+
 case "${1:-}" in
 up) up ;;
 down) down ;;
 env) print_env ;;
 status) status ;;
-*) die "usage: $0 up|down|env|status" ;;
+stalls) stalls ;;
+*) die "usage: $0 up|down|env|status|stalls" ;;
 esac

@@ -18,4 +18,10 @@ scripts/services.sh up
 # shellcheck disable=SC1091
 source "$LOCKER_SERVICES_DIR/env"
 export LOCKER_REQUIRE_SERVERS=1
-"$@"
+status=0
+"$@" || status=$?
+if [ "$status" -ne 0 ]; then
+	echo "with-services.sh: the servers' logs on their own slowness (none if empty):" >&2
+	scripts/services.sh stalls >&2 || true
+fi
+exit "$status"

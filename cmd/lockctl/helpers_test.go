@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,9 +211,18 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 	select {
 	case <-p.done:
 	case <-time.After(d):
-		p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("lockctl %q still ran after %v; stderr:\n%s", p.cmd.Args[1:], d, p.stderr.String())
+		// SIGQUIT: the Go runtime writes every goroutine's stack to
+		// stderr and exits, which shows where it waited. Killed if
+		// that does not end it.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		t.Fatalf("lockctl %q still ran after %v; stdout:\n%s\nstderr (with its goroutines):\n%s",
+			p.cmd.Args[1:], d, p.stdout.String(), p.stderr.String())
 	}
 	var ee *exec.ExitError
 	switch {
