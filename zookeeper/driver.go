@@ -54,9 +54,9 @@ type hooks struct {
 	checking     func(ttl time.Duration, n int) // a multi of n checks goes out over the session of ttl
 	moved        func(path string)              // a move's transaction returned, before its outcome is taken in
 	deleting     func(path string)              // the delete of a held lock's node was queued, on the goroutine that queued it
-	// observed: an observer of the key node parent sent a notice, having
-	// set its watches again after evs fired (or after a reconnect), with
-	// data watches on holders.
+	// observed: an observer of the key node parent set its watches again
+	// after evs fired (or after a reconnect), with data watches on
+	// holders, and is about to send its notice.
 	observed func(parent string, evs []gozk.Event, reconnected bool, holders []string)
 }
 

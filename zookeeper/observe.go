@@ -197,12 +197,12 @@ func (o *observer) run() {
 		if !ok || !o.rearm() {
 			return
 		}
+		if hk := testHooks.Load(); hk != nil && hk.observed != nil {
+			hk.observed(o.parent, evs, reconnected, slices.Clone(o.holders))
+		}
 		select {
 		case o.events <- struct{}{}:
 		default: // a notice is pending already
-		}
-		if hk := testHooks.Load(); hk != nil && hk.observed != nil {
-			hk.observed(o.parent, evs, reconnected, slices.Clone(o.holders))
 		}
 	}
 }

@@ -63,8 +63,16 @@ func observe(t *testing.T, l locker.Locker, d *driver, key string) *observing {
 	return o
 }
 
-// next waits for the observer's next round that matches, and checks that
-// a notice was sent for it. Rounds before it are skipped.
+// next waits for the observer's next round that matches, then for a
+// notice: one taken after the round was reported was sent after its
+// watches were set again, so an Inspect after it sees the change. Rounds
+// before it are skipped.
+//
+// The notice is waited for, not required to be pending: notices
+// coalesce, and the one a round's send found pending may have been taken
+// by the previous next, which read an earlier round, before this round
+// was reported. Each step of the test makes a change, whose own notice
+// then comes.
 func (o *observing) next(t *testing.T, what string, match func(round) bool) round {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
@@ -76,12 +84,12 @@ func (o *observing) next(t *testing.T, what string, match func(round) bool) roun
 			}
 			select {
 			case <-o.events:
-			default:
-				t.Fatalf("%s: the observer set its watches again, and no notice is pending", what)
+			case <-deadline:
+				t.Fatalf("%s: the observer set its watches again, and sent no notice within 30s", what)
 			}
 			return r
 		case <-deadline:
-			t.Fatalf("%s: no notice within 30s", what)
+			t.Fatalf("%s: no such round within 30s", what)
 		}
 	}
 }
