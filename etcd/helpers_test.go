@@ -104,6 +104,7 @@ func startServer(t *testing.T, scheme string, ready func(addr string) error, arg
 		"--listen-client-urls", scheme + "://" + client, "--advertise-client-urls", scheme + "://" + client,
 		"--listen-peer-urls", "http://" + peer, "--initial-advertise-peer-urls", "http://" + peer,
 		"--initial-cluster", "private=http://" + peer,
+		"--unsafe-no-fsync", // as the servers of scripts/services.sh
 		"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
 	}, args...)
 	s := &server{addr: client, cmd: exec.Command(bin, args...)}

@@ -10,6 +10,17 @@
 #                                files (nothing else), remove what up created there
 #   scripts/services.sh env      print the LOCKER_TEST_* variables (for eval)
 #   scripts/services.sh status   show what runs
+#   scripts/services.sh stalls   what the servers' logs say of their own slowness
+#
+# No server syncs its writes to disk (ZooKeeper forceSync=no, etcd
+# --unsafe-no-fsync, PostgreSQL fsync=off, Redis without persistence): a
+# crash of the machine may lose their data, which test servers can afford,
+# and a killed server keeps what it wrote (the page cache survives it).
+# On a shared machine one fsync can wait seconds behind other processes'
+# writes (a build, another server), and an etcd that waits on its log
+# answers no lease keepalive meanwhile: a 2 s lease then lapses under a
+# test that did nothing wrong. It also keeps the benchmarks a comparison of
+# the lock protocols on equal terms, not of the disk.
 #
 # Layout (ports):
 #   redis single instance   27000
@@ -527,6 +538,7 @@ start_etcd_tls() {
 		--initial-cluster "locker-tls=http://$HOST:$ETCD_TLS_PEER" \
 		--cert-file "$DIR/tls/server.crt" --key-file "$DIR/tls/server.key" \
 		--trusted-ca-file "$DIR/tls/ca.crt" --client-cert-auth \
+		--unsafe-no-fsync \
 		--logger zap --log-outputs stderr --log-level warn \
 		>"$DIR/etcd-tls/etcd.log" 2>&1 &
 	echo $! >"$DIR/etcd-tls.pid"
@@ -546,6 +558,7 @@ start_etcd() {
 		--initial-advertise-peer-urls "http://$HOST:$ETCD_PEER" \
 		--initial-cluster "locker=http://$HOST:$ETCD_PEER" \
 		--auto-compaction-mode periodic --auto-compaction-retention 5m \
+		--unsafe-no-fsync \
 		--logger zap --log-outputs stderr --log-level warn \
 		>"$DIR/etcd/etcd.log" 2>&1 &
 	echo $! >"$DIR/etcd.pid"
@@ -579,6 +592,7 @@ start_etcd_cluster() { # launches the three members; up() waits for health
 				--initial-advertise-peer-urls http://$HOST:${ETCD_CLUSTER_PEER[i - 1]} \\
 				--initial-cluster $initial \\
 				--initial-cluster-token locker-cluster-$OFF --initial-cluster-state new \\
+				--unsafe-no-fsync \\
 				--logger zap --log-outputs stderr --log-level warn
 		RUN
 		launch_member "etcd-cluster-$i" "$dir/etcd.log"

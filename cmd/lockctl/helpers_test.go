@@ -119,8 +119,9 @@ func forEachServer(t *testing.T, f func(t *testing.T, s server, url string)) {
 // heavy is held by the tests that load every server at full speed
 // (TestCheck's ten suites at once, TestBench's scenarios): run together,
 // beside the rest of the package, they stalled the test etcd for seconds
-// (its fsyncs), and each failed on the other's load. They take turns;
-// the lighter tests still run beside them.
+// (its fsyncs, which the test servers have since stopped making), and
+// each failed on the other's load. They take turns; the lighter tests
+// still run beside them.
 var heavy sync.Mutex
 
 // takeTurn holds heavy for the rest of t.

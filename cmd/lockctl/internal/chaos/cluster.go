@@ -20,7 +20,11 @@ import (
 )
 
 // The three-member clusters of the leader scenarios, started by the
-// engine for each round: etcd members, or a ZooKeeper ensemble.
+// engine for each round: etcd members, or a ZooKeeper ensemble. They do
+// not sync writes to disk (etcd --unsafe-no-fsync, ZooKeeper forceSync=no),
+// as the test servers of scripts/services.sh: a killed member keeps what
+// it wrote (the page cache outlives the process), and a round measures the
+// lock's protocol, not how long the machine's disk makes an fsync wait.
 
 // member is one server process of a cluster.
 type member struct {
@@ -143,7 +147,7 @@ func etcdCluster(bin, dir string) (*cluster, error) {
 			"--listen-client-urls", "http://" + m.client, "--advertise-client-urls", "http://" + m.client,
 			"--listen-peer-urls", "http://" + loopback(ps[3+i]), "--initial-advertise-peer-urls", "http://" + loopback(ps[3+i]),
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-token", filepath.Base(dir) + fmt.Sprint(ps[0]),
-			"--initial-cluster-state", "new", "--logger", "zap", "--log-outputs", "stderr", "--log-level", "error"}
+			"--initial-cluster-state", "new", "--unsafe-no-fsync", "--logger", "zap", "--log-outputs", "stderr", "--log-level", "error"}
 		c.members = append(c.members, m)
 	}
 	return c, c.startAll()
