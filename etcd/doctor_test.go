@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -77,12 +76,7 @@ func TestDiagnoseDevServer(t *testing.T) {
 // finding, within the dial timeout.
 func TestDiagnoseUnreachable(t *testing.T) {
 	testenv.Get(t, testenv.EtcdURL) // the servers-required policy applies
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testenv.ClosedAddr(t)
 	d := doctortest.Diagnose(t, "etcd://"+dead+"?dial_timeout=500ms")
 	if len(d.Findings) != 1 {
 		t.Fatalf("want one finding: %s", doctortest.Show(d))

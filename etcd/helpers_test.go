@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/distlock/locker"
+	"github.com/distlock/locker/internal/freeport"
 	"github.com/distlock/locker/internal/testenv"
 )
 
@@ -69,15 +71,15 @@ func queue(t testing.TB, c *clientv3.Client, prefix string) []string {
 	return keys
 }
 
+// freePort returns a port for a private server (freeport's package doc
+// says why not one the kernel chooses).
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	return strconv.Itoa(port)
 }
 
 // server is a private etcd for tests that change its settings (auth,

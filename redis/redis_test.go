@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/conformance"
+	"github.com/distlock/locker/internal/freeport"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/redis"
 )
@@ -62,12 +62,11 @@ func TestConformance(t *testing.T) {
 func TestURLHarnessTLSName(t *testing.T) {
 	ctx := context.Background()
 	p := testenv.NewPKI(t, "localhost")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	tlsPort, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
+	port := strconv.Itoa(tlsPort)
 	testenv.StartRedis(t, "--tls-port", port, "--tls-cert-file", p.ServerCert, "--tls-key-file", p.ServerKey,
 		"--tls-ca-cert-file", p.CA, "--tls-auth-clients", "no")
 	raw := "rediss://localhost:" + port + "?cacert=" + p.CA

@@ -57,12 +57,7 @@ func TestDiagnoseDevServer(t *testing.T) {
 // quorum check warns.
 func TestDiagnoseServerDown(t *testing.T) {
 	hosts := testenv.Hosts(t, testenv.Get(t, testenv.ZooKeeperEnsembleURL))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testenv.ClosedAddr(t)
 	named := []string{hosts[0], dead}
 	d := doctortest.Diagnose(t, "zk://"+strings.Join(named, ","))
 	doctortest.WantStatus(t, doctortest.Finding(t, d, "reachable", dead), locker.Fail, "no session")

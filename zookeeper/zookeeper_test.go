@@ -25,6 +25,7 @@ import (
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/conformance"
+	"github.com/distlock/locker/internal/freeport"
 	"github.com/distlock/locker/internal/testenv"
 	"github.com/distlock/locker/zookeeper"
 )
@@ -1093,12 +1094,7 @@ func newRejects(t *testing.T, c *zk.Conn, rng sessionRange, timeout time.Duratio
 }
 
 func TestOpenErrors(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().String()
-	ln.Close()
+	closedPort := testenv.ClosedAddr(t)
 	testenv.WantOpenErrors(t, [][2]string{
 		{"zookeeper://", "no host"},
 		{"zk:///locks", "no host"},
@@ -1190,12 +1186,11 @@ func startZKConf(t *testing.T, conf string) string {
 func newZK(t *testing.T, conf string, flags []string) *zkServer {
 	t.Helper()
 	testenv.Get(t, testenv.ZooKeeperURL) // the servers-required policy applies
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s := &zkServer{t: t, dir: t.TempDir(), addr: addr, flags: flags, conf: conf}
 	t.Cleanup(s.stop)
 	return s

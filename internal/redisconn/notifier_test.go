@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -264,10 +263,7 @@ func (c *levelCounter) counts() (warns, failures int) {
 // waiter watches and not at all once none does.
 func TestNotifierWarnsOncePerOutage(t *testing.T) {
 	testenv.Get(t, testenv.RedisURL) // the same servers-required policy
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	addr := testenv.ClosedAddr(t)    // nothing listens there
 	c, err := Dial([]string{addr}, ClientOptions{FailFast: true})
 	require.NoError(t, err)
 	defer c.Close()

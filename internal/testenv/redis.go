@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/distlock/locker/internal/freeport"
 )
 
 // Redis is a private redis-server that a test starts, stops and restarts,
@@ -25,12 +28,11 @@ type Redis struct {
 func StartRedis(t testing.TB, args ...string) *Redis {
 	t.Helper()
 	Get(t, RedisServer) // the servers-required policy applies
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s := &Redis{t: t, addr: addr, args: args, dir: t.TempDir()}
 	s.Start()
 	t.Cleanup(s.Stop)

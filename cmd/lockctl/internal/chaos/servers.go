@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/locker/conformance"
+	"github.com/distlock/locker/internal/freeport"
 )
 
 // redisServer is a redis-server the engine started for the scenarios
@@ -53,15 +54,10 @@ func newRedis(bin, dir string, args ...string) (*redisServer, error) {
 	return s, os.MkdirAll(s.dir, 0o755)
 }
 
-// freePort returns a loopback port nothing listens on now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a loopback port nothing listens on now, which no
+// connection the machine opens can take while the server on it is down
+// (freeport's package doc says why a kernel-chosen port could be).
+func freePort() (int, error) { return freeport.Pick() }
 
 func (s *redisServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
