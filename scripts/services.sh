@@ -948,7 +948,8 @@ status() {
 }
 
 # stalls: what the servers' own logs say of their slowness (etcd's slow
-# disk syncs, applies and heartbeats; ZooKeeper's slow log syncs), a line
+# disk syncs, applies and heartbeats; ZooKeeper's slow log syncs, and an
+# ensemble member's elections and lost leaders), a line
 # per server that logged any. with-services.sh prints it after a failed
 # run: a test that timed out on a stalled server is then told apart from
 # one that hung on its own.
@@ -974,6 +975,11 @@ stalls() {
 			/failed to send out heartbeat on time/ { note("late heartbeats", 0) }
 			/fsync-ing the write ahead log/ {
 				if (match($0, /took [0-9]+ms/)) note("slow log syncs", substr($0, RSTART + 5, RLENGTH - 7) / 1000)
+			}
+			/Exception when following the leader/ { note("leaders lost", 0) }
+			/LEADER ELECTION TOOK - [0-9]+ MS/ {
+				# One at start-up; more after a member died or lost touch.
+				if (match($0, /TOOK - [0-9]+ MS/)) note("elections", substr($0, RSTART + 7, RLENGTH - 10) / 1000)
 			}
 			END {
 				out = ""
