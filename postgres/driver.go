@@ -41,10 +41,18 @@ type statements struct {
 
 func newStatements(schema string) statements {
 	s := pgx.Identifier{schema}.Sanitize()
-	v := schemaVersion
+	st := mutexStatements(s)
+	st.holdStatements(s)
+	st.keyStatements(schema, s)
+	return st
+}
+
+// mutexStatements are a plain mutex's: its row in locks is its hold. s is
+// the schema's name, quoted.
+func mutexStatements(s string) statements {
 	takePrefix := `INSERT INTO ` + s + `.locks AS l (key, token, value, expires_at)`
-	acquirePrefix := `SELECT granted, fence, mismatch, held_kind, held_lim, remaining_us FROM ` + s + `.acquire_` + v + `(`
 	return statements{
+		takePrefix: takePrefix,
 		// The mutex: one statement, as a raw INSERT is. A row whose
 		// expiry has passed is taken over, under its row lock.
 		take: takePrefix + `
@@ -75,30 +83,41 @@ func newStatements(schema string) statements {
 		setValue: `UPDATE ` + s + `.locks l SET value = $3
 			WHERE l.key = $1 AND l.token = $2 AND l.expires_at > clock_timestamp()
 			RETURNING pg_notify($4, md5($1::bytea)) IS NULL`,
-		takePrefix:    takePrefix,
-		acquire:       acquirePrefix + `$1, $2, $3, $4, $5, $6, $7, $8)`,
-		acquirePrefix: acquirePrefix,
-		releaseHold:   `SELECT released, was_live FROM ` + s + `.release_hold_` + v + `($1, $2, $3)`,
-		refreshHolds:  `SELECT key, token FROM ` + s + `.refresh_holds_` + v + `($1::bytea[], $2::text[], $3::bigint[])`,
-		holdTTL: `SELECT (extract(epoch FROM h.expires_at - clock_timestamp()) * 1000000)::bigint FROM ` + s + `.holds h
-			WHERE h.key = $1 AND h.token = $2 AND h.expires_at > clock_timestamp()`,
-		setHoldValue: `UPDATE ` + s + `.holds h SET value = $3
-			WHERE h.key = $1 AND h.token = $2 AND h.expires_at > clock_timestamp()
-			RETURNING pg_notify($4, md5($1::bytea)) IS NULL`,
-		inspect: inspectSQL(schema),
-		forceRelease: `WITH l AS (DELETE FROM ` + s + `.locks l WHERE l.key = $1 RETURNING l.expires_at > clock_timestamp() AS live),
-				h AS (DELETE FROM ` + s + `.holds h WHERE h.key = $1 RETURNING 1)
-			SELECT coalesce((SELECT bool_or(l.live) FROM l), false), pg_notify($2, md5($1::bytea)) IS NULL, (SELECT count(*) FROM h)`,
-		// Rows whose expiry passed a while ago: their keys were not asked
-		// for since. Re-checked under each row's lock, so a row taken or
-		// extended meanwhile stays.
-		sweepLocks: `DELETE FROM ` + s + `.locks l WHERE l.key IN (SELECT o.key FROM ` + s + `.locks o
-				WHERE o.expires_at < clock_timestamp() - interval '1 second' LIMIT 1000)
-			AND l.expires_at < clock_timestamp() - interval '1 second'`,
-		sweepHolds: `DELETE FROM ` + s + `.holds h WHERE (h.key, h.token) IN (SELECT o.key, o.token FROM ` + s + `.holds o
-				WHERE o.expires_at < clock_timestamp() - interval '1 second' LIMIT 1000)
-			AND h.expires_at < clock_timestamp() - interval '1 second'`,
 	}
+}
+
+// holdStatements set the statements of shared holds and permits (rows in
+// holds) and of the grants that go through acquire_v1.
+func (st *statements) holdStatements(s string) {
+	v := schemaVersion
+	acquirePrefix := `SELECT granted, fence, mismatch, held_kind, held_lim, remaining_us FROM ` + s + `.acquire_` + v + `(`
+	st.acquire = acquirePrefix + `$1, $2, $3, $4, $5, $6, $7, $8)`
+	st.acquirePrefix = acquirePrefix
+	st.releaseHold = `SELECT released, was_live FROM ` + s + `.release_hold_` + v + `($1, $2, $3)`
+	st.refreshHolds = `SELECT key, token FROM ` + s + `.refresh_holds_` + v + `($1::bytea[], $2::text[], $3::bigint[])`
+	st.holdTTL = `SELECT (extract(epoch FROM h.expires_at - clock_timestamp()) * 1000000)::bigint FROM ` + s + `.holds h
+		WHERE h.key = $1 AND h.token = $2 AND h.expires_at > clock_timestamp()`
+	st.setHoldValue = `UPDATE ` + s + `.holds h SET value = $3
+		WHERE h.key = $1 AND h.token = $2 AND h.expires_at > clock_timestamp()
+		RETURNING pg_notify($4, md5($1::bytea)) IS NULL`
+}
+
+// keyStatements set the statements about a key whatever its holds:
+// Inspect, ForceRelease and the sweep.
+func (st *statements) keyStatements(schema, s string) {
+	st.inspect = inspectSQL(schema)
+	st.forceRelease = `WITH l AS (DELETE FROM ` + s + `.locks l WHERE l.key = $1 RETURNING l.expires_at > clock_timestamp() AS live),
+			h AS (DELETE FROM ` + s + `.holds h WHERE h.key = $1 RETURNING 1)
+		SELECT coalesce((SELECT bool_or(l.live) FROM l), false), pg_notify($2, md5($1::bytea)) IS NULL, (SELECT count(*) FROM h)`
+	// Rows whose expiry passed a while ago: their keys were not asked
+	// for since. Re-checked under each row's lock, so a row taken or
+	// extended meanwhile stays.
+	st.sweepLocks = `DELETE FROM ` + s + `.locks l WHERE l.key IN (SELECT o.key FROM ` + s + `.locks o
+			WHERE o.expires_at < clock_timestamp() - interval '1 second' LIMIT 1000)
+		AND l.expires_at < clock_timestamp() - interval '1 second'`
+	st.sweepHolds = `DELETE FROM ` + s + `.holds h WHERE (h.key, h.token) IN (SELECT o.key, o.token FROM ` + s + `.holds o
+			WHERE o.expires_at < clock_timestamp() - interval '1 second' LIMIT 1000)
+		AND h.expires_at < clock_timestamp() - interval '1 second'`
 }
 
 type driver struct {
