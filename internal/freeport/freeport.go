@@ -18,11 +18,11 @@
 package freeport
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,11 +92,8 @@ func candidates() (lo, hi int) {
 	return max(1024, hi-span), hi
 }
 
-// dir is where the lock files are: one per port, per user.
-func dir() (string, error) {
-	d := fmt.Sprintf("%s/locker-ports-%d", os.TempDir(), os.Getuid())
-	if err := os.MkdirAll(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", err
-	}
-	return d, nil
-}
+// dir is where the lock files are, one per port, per user; made once.
+var dir = sync.OnceValues(func() (string, error) {
+	d := filepath.Join(os.TempDir(), fmt.Sprintf("locker-ports-%d", os.Getuid()))
+	return d, os.MkdirAll(d, 0o700)
+})
