@@ -106,6 +106,9 @@ const (
 	// notifiedPoll is the safety-net retry interval when the backend
 	// notifies releases (a notice can be lost across a reconnect).
 	notifiedPoll = 5 * time.Second
+	// withdrawTimeout bounds the request that takes a waiting writer's
+	// mark back when its wait ends (backend.Busy.Withdraw).
+	withdrawTimeout = 2 * time.Second
 )
 
 type client struct {
@@ -334,6 +337,7 @@ func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim,
 		start = time.Now()
 		acq, err = c.waiter.Acquire(ctx, req)
 	default:
+		req.Waiting = true
 		acq, start, err = c.waitLoop(ctx, req)
 	}
 	if err != nil {
@@ -360,9 +364,18 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 	)
 	backoff := minPoll
 	var timer *time.Timer // made when first needed: most acquisitions find the key free
+	// withdraw takes back the mark a busy attempt left to keep new
+	// readers out while we wait (backend.Busy.Withdraw).
+	var withdraw func(context.Context)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
+		}
+		if withdraw != nil {
+			// Detached from ctx, which may have ended (a cancel, Close).
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
+			withdraw(wctx)
+			cancel()
 		}
 	}()
 	for {
@@ -376,6 +389,10 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 		}
 		if !errors.Is(err, ErrNotAcquired) {
 			return acq, start, err
+		}
+		var busy *backend.Busy
+		if errors.As(err, &busy) && busy.Withdraw != nil {
+			withdraw = busy.Withdraw
 		}
 		if c.notifier != nil && !watched {
 			// Watch only once the key turned out to be busy: a free key
@@ -393,7 +410,11 @@ func (c *client) waitLoop(ctx context.Context, req backend.Request) (backend.Acq
 			}
 			c.log.Warn("locker: release notices unavailable, polling instead", "key", req.Key, "err", werr)
 		}
-		if d := nextPoll(err, events != nil, &backoff); timer == nil {
+		d := nextPoll(err, events != nil, &backoff)
+		if withdraw != nil {
+			d = min(d, req.TTL/3) // renew the mark before it lapses
+		}
+		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {
 			timer.Reset(d)

@@ -108,6 +108,13 @@ type Busy struct {
 	// Reason, when set, says why the attempt failed if not simply because
 	// the key is held (for example a split vote between Redlock nodes).
 	Reason string
+	// Withdraw, when set, takes back the mark that the attempt of a
+	// waiting writer (Request.Waiting) left on the key to keep new shared
+	// holds out. The waiter calls it once, when its wait ends, whether it
+	// got the key or not; until then it tries again within a third of its
+	// TTL, so that the mark does not lapse while it waits. A waiter that
+	// crashes leaves the mark to lapse at its TTL.
+	Withdraw func(ctx context.Context)
 }
 
 func (b *Busy) Error() string {
@@ -148,6 +155,15 @@ type Request struct {
 	// admits its length. A driver may keep the slice; the caller does not
 	// change it.
 	Value []byte
+	// Waiting says that the attempt is one of a waiting Acquire's, made
+	// by package locker's wait loop, not a TryAcquire. A driver that keeps
+	// no queue then, when an Exclusive request finds Shared holds in its
+	// way, marks the key so that no new Shared hold is granted while the
+	// writer waits (a stream of readers would starve it), and returns a
+	// Busy whose Withdraw takes the mark back. The mark lasts TTL unless
+	// the writer's next attempt renews it, so that a writer that crashed
+	// keeps readers out no longer than a holder would.
+	Waiting bool
 	// OnLost, if the driver learns that a held lock is gone before it is
 	// released (a ZooKeeper session expired, an etcd lease was revoked),
 	// is called once, from any goroutine. It must not block.

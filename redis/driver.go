@@ -112,7 +112,7 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 		return backend.Acquisition{}, g.Mismatch
 	case !g.Taken:
 		// Taken by another: its remaining TTL times the wait (0: unknown).
-		return backend.Acquisition{}, &backend.Busy{Remaining: g.Remaining}
+		return backend.Acquisition{}, d.busy(ctx, req, g.Remaining)
 	}
 	return backend.Acquisition{Held: &held{d: d, key: req.Key, lkey: key, token: req.Token}, Start: start}, nil
 }
@@ -132,7 +132,7 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 	case g.Mismatch != nil:
 		return backend.Acquisition{}, g.Mismatch
 	case !g.Taken:
-		return backend.Acquisition{}, &backend.Busy{Remaining: g.Remaining}
+		return backend.Acquisition{}, d.busy(ctx, req, g.Remaining)
 	}
 	h := &held{d: d, key: req.Key, lkey: key, token: req.Token, kind: req.Kind, fence: g.Fence}
 	return backend.Acquisition{Held: h, Fence: g.Fence, Fenced: true, Start: start}, nil
@@ -160,14 +160,40 @@ func (d *driver) acquireFenced(ctx context.Context, req backend.Request) (backen
 		// PTTL is 0 for a key that expires within the millisecond: look
 		// again in 1 ms. It is negative only for a key without a TTL, which
 		// no lock is; then the holder's end is unknown.
-		busy := &backend.Busy{}
+		var remaining time.Duration
 		if n >= 0 {
-			busy.Remaining = time.Duration(max(n, 1)) * time.Millisecond
+			remaining = time.Duration(max(n, 1)) * time.Millisecond
 		}
-		return backend.Acquisition{}, busy
+		return backend.Acquisition{}, d.busy(ctx, req, remaining)
 	}
 	h := &held{d: d, key: req.Key, lkey: key, token: req.Token}
 	return backend.Acquisition{Held: h, Fence: uint64(n), Fenced: true, Start: start}, nil
+}
+
+// busy is the error of an attempt of req that found the key held, whose
+// holder expires in remaining (0: unknown). A waiting writer's attempt
+// (backend.Request.Waiting) also marks the key, if readers hold it, so
+// that no new reader gets in while the writer waits; the Busy's Withdraw
+// takes the mark back. The mark is a liveness aid: when it cannot be
+// set, the writer waits as it would without it.
+func (d *driver) busy(ctx context.Context, req backend.Request, remaining time.Duration) error {
+	busy := &backend.Busy{Remaining: remaining}
+	if !req.Waiting || req.Kind != backend.Exclusive {
+		return busy
+	}
+	key := lockKey(req.Key)
+	marked, err := redisconn.Mark(ctx, d.c, key, req.Token, req.TTL)
+	if err != nil {
+		d.log.Debug("redis: a waiting writer's mark was not set", "key", req.Key, "err", err)
+	}
+	if marked {
+		busy.Withdraw = func(ctx context.Context) {
+			if err := redisconn.Unmark(ctx, d.c, key, req.Token, channelOf(key)); err != nil {
+				d.log.Debug("redis: a waiting writer's mark was not taken back; it lapses at the writer's TTL", "key", req.Key, "err", err)
+			}
+		}
+	}
+	return busy
 }
 
 // abandon handles an acquire that failed without a clear answer: the

@@ -470,10 +470,18 @@ func (d *driver) retryDelay() time.Duration {
 
 // Acquire implements backend.Waiter: rounds of TryAcquire, woken by release
 // notices from any node, by the holder's TTL, or after a split vote by a
-// random delay.
+// random delay. A writer that finds the key busy marks it on every node
+// (redisconn.Mark) after each round, so that no new reader gets in while
+// it waits, and takes its marks back when its wait ends.
 func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	wt := &waiter{d: d, key: req.Key, timer: time.NewTimer(time.Hour)}
 	defer wt.stop()
+	marked := false
+	defer func() {
+		if marked {
+			d.unmark(req)
+		}
+	}()
 	unanswered := 0  // rounds in a row that reached no majority
 	round := d.round // the first round: no other waiter to fall in step with
 	for {
@@ -495,6 +503,13 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 		if !errors.As(err, &busy) {
 			return acq, err
 		}
+		if req.Kind == backend.Exclusive && d.mark(ctx, req) || marked {
+			// Renew the marks before they lapse.
+			marked = true
+			if busy.Remaining <= 0 || busy.Remaining > req.TTL/3 {
+				busy.Remaining = req.TTL / 3
+			}
+		}
 		woken, err := wt.wait(ctx, busy, split)
 		if err != nil {
 			return backend.Acquisition{}, err
@@ -507,6 +522,26 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 			round = d.gatedRound
 		}
 	}
+}
+
+// mark marks req's writer as waiting on every node where readers hold the
+// key (redisconn.Mark), best-effort: a liveness aid, it keeps new readers
+// out only where a quorum of nodes has it. It reports whether any node
+// was marked.
+func (d *driver) mark(ctx context.Context, req backend.Request) bool {
+	marked, _ := onEvery(ctx, d, func(ctx context.Context, i int) (bool, error) {
+		return redisconn.Mark(ctx, d.nodes[i].c, lockKey(req.Key), req.Token, req.TTL)
+	})
+	return slices.Contains(marked, true)
+}
+
+// unmark takes req's writer's marks back on every node, after its wait
+// ended (the caller's context may have), best-effort: a mark left behind
+// lapses at the writer's TTL.
+func (d *driver) unmark(req backend.Request) {
+	onEvery(context.Background(), d, func(ctx context.Context, i int) (any, error) {
+		return nil, redisconn.Unmark(ctx, d.nodes[i].c, lockKey(req.Key), req.Token, channelOf(req.Key))
+	})
 }
 
 // A waiter is what an Acquire keeps between its rounds.

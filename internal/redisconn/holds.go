@@ -32,8 +32,11 @@ var (
 	holdRefreshLua string
 	//go:embed scripts/hold_pttl.lua
 	holdPTTLLua string
+	//go:embed scripts/mark.lua
+	markLua string
 
 	holdScript = NewScript("hold", WithHolds(holdLua), -1)
+	markScript = NewScript("mark", WithHolds(markLua), 1)
 
 	// HoldReleaseScript is ReleaseScript for a shared or permit hold: it
 	// removes the hold from the key, publishes a release notice, and
@@ -249,4 +252,24 @@ func MismatchOf(held any, c backend.Claim) error {
 		return err
 	}
 	return g.Mismatch
+}
+
+// Mark marks the writer of token as waiting for key, for ttl, when readers
+// hold it (a hash of a read/write lock's holders): until the mark lapses
+// or is withdrawn (Unmark), no new shared hold of the key is granted, so
+// that readers that keep arriving do not starve the writer, while those
+// that hold it keep their holds. It reports whether the key was marked; a
+// mutex's string key, which keeps readers out by itself, is not. A
+// writer's grant removes its mark.
+func Mark(ctx context.Context, c Conn, key, token string, ttl time.Duration) (bool, error) {
+	n, err := EvalInt(ctx, c, markScript, []string{key}, token, Millis(ttl), "")
+	return n == 1, err
+}
+
+// Unmark withdraws the mark of the writer of token from key (Mark), when
+// its wait ended, and publishes on channel, the key's release channel, so
+// that readers the mark kept out try again.
+func Unmark(ctx context.Context, c Conn, key, token, channel string) error {
+	_, err := EvalInt(ctx, c, markScript, []string{key}, token, 0, channel)
+	return err
 }

@@ -11,7 +11,9 @@
 -- channel ('' to publish nothing)
 -- Returns {1, fence} when the hold is ours (fence 0 without a counter);
 -- {0, ms} when the key has no room for it: the ms until the soonest
--- holder expires, -1 when unknown (a key without a TTL); {-1, family}
+-- holder expires, -1 when unknown (a key without a TTL), or, for a shared
+-- hold kept out by waiting writers' marks, until the last of them lapses;
+-- {-1, family}
 -- when the key's holders declare another family that the request cannot
 -- wait for: 'exclusive', 'shared' or 'permit <limit>'.
 --
@@ -43,6 +45,10 @@ if h then
 	h.exp = ms + tonumber(ARGV[2])
 else
 	local limit, w = tonumber(ARGV[4]), tonumber(ARGV[5])
+	if family == 'shared' and st.marked then
+		-- A writer waits: no new reader gets in ahead of it.
+		return {0, math.max(st.marked - ms, 1)}
+	end
 	if limit > 0 and st.units + w > limit then
 		if not st.soonest then
 			return {0, -1}
@@ -65,6 +71,11 @@ else
 	st.list[#st.list + 1] = h
 end
 lib.put(KEYS[1], family, h)
+if st.marks[token] then
+	-- The writer that waited got in: its mark goes.
+	st.marks[token] = nil
+	redis.call('HDEL', KEYS[1], 'w:' .. token)
+end
 if ARGV[7] ~= '' then
 	redis.call('HSET', KEYS[1], 'v:' .. token, '1 ' .. ARGV[7])
 end

@@ -20,11 +20,19 @@
 --               each SetValue of the holder's a higher one, so that a
 --               Redlock node that has a newer one never takes an older
 --               one, and Inspect picks the newest among the nodes.
+--   w:<token>   a writer waiting for a read/write lock's key: '<expiry>',
+--               in ms of the server clock. While one is live, no new
+--               shared hold is granted (those held keep theirs), so that
+--               readers that keep arriving do not starve the writer; it
+--               lasts the writer's TTL unless the writer's next attempt
+--               renews it, and goes when the writer's wait ends (see
+--               mark.lua).
 -- A holder whose expiry has passed holds nothing; the scripts that change
--- the key delete it, and its value. The key's own TTL is kept at the
--- latest expiry of its holders, so Redis deletes the key when the last of
--- them lapses, and a hash is never left without a live holder by a
--- script. An 'exclusive' hash admits one holder at a time (a limit of 1):
+-- the key delete it, and its value, and a lapsed mark. The key's own TTL
+-- is kept at the latest expiry of its holders and marks, so Redis deletes
+-- the key when the last of them lapses, and a hash is never left without
+-- a live holder or mark by a script. A hash with live marks and no holder
+-- is free for a writer, which replaces it. An 'exclusive' hash admits one holder at a time (a limit of 1):
 -- its live holder is its only one.
 --
 -- The library is one function that returns its functions, called only by
@@ -48,12 +56,13 @@ local function library()
 	-- holds reads the hash at key at time ms: its family, its live holders,
 	-- in a list and by token (each {token, exp, weight, fence, value,
 	-- version}; value '' and version 0 when none was set), the permits
-	-- they take, and the soonest of their expiries. With purge it deletes
-	-- the expired holders and their values, and the key when none is left
-	-- alive.
+	-- they take, and the soonest of their expiries; and its live marks of
+	-- waiting writers, by token (their expiries), and the latest of those.
+	-- With purge it deletes the expired holders and their values, the
+	-- lapsed marks, and the key when nothing is left alive.
 	function lib.holds(key, ms, purge)
 		local raw = redis.call('HGETALL', key)
-		local st = {family = false, list = {}, by = {}, units = 0, soonest = false}
+		local st = {family = false, list = {}, by = {}, units = 0, soonest = false, marks = {}, marked = false}
 		local values = false
 		for i = 1, #raw, 2 do
 			local f = raw[i]
@@ -77,6 +86,16 @@ local function library()
 			elseif prefix == 'v:' then
 				values = values or {}
 				values[string.sub(f, 3)] = raw[i + 1]
+			elseif prefix == 'w:' then
+				local exp = tonumber(raw[i + 1])
+				if exp > ms then
+					st.marks[string.sub(f, 3)] = exp
+					if not st.marked or exp > st.marked then
+						st.marked = exp
+					end
+				elseif purge then
+					redis.call('HDEL', key, f)
+				end
 			end
 		end
 		if #raw > 0 and not st.family then
@@ -93,7 +112,7 @@ local function library()
 				end
 			end
 		end
-		if purge and #raw > 0 and #st.list == 0 then
+		if purge and #raw > 0 and #st.list == 0 and not st.marked then
 			redis.call('DEL', key)
 		end
 		return st
@@ -105,12 +124,18 @@ local function library()
 	end
 
 	-- settle sets key's TTL to the latest expiry of st's holders (those not
-	-- marked gone) at time ms, or deletes the key when none is left.
+	-- marked gone) and marks at time ms, or deletes the key when none is
+	-- left.
 	function lib.settle(key, st, ms)
 		local latest = false
 		for _, h in ipairs(st.list) do
 			if not h.gone and (not latest or h.exp > latest) then
 				latest = h.exp
+			end
+		end
+		for _, exp in pairs(st.marks or {}) do
+			if not latest or exp > latest then
+				latest = exp
 			end
 		end
 		if latest then
