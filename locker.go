@@ -51,8 +51,10 @@
 // that does not fit (a writer behind readers, a request for 3 permits when
 // 2 are free) blocks the ones behind it, so neither writers nor large
 // requests starve. Redis and Redlock keep no queue: a waiter takes the key
-// when it next tries and fits, so a writer can wait as long as readers
-// overlap. Capabilities.Shared and Capabilities.Permits say what a
+// when it next tries and fits, and a waiting writer marks the key so that
+// no new reader is granted until the writer gets in or stops waiting (the
+// mark lapses at the writer's TTL if it crashes); a large semaphore
+// request can still wait as long as smaller ones overlap. Capabilities.Shared and Capabilities.Permits say what a
 // backend admits; a kind it does not admit fails with ErrUnsupported.
 //
 // Fences are strictly increasing with every grant on a key, in grant
@@ -407,8 +409,8 @@ func WithMaxHold(d time.Duration) Option {
 // ZooKeeper, etcd), holds are granted in queue order: a shared request
 // behind a waiting writer waits for it, so a stream of readers cannot
 // starve a writer. Elsewhere (Redis, Redlock) waiters poll or are
-// notified, and a writer may wait as long as readers overlap; see each
-// backend's documentation.
+// notified, and a waiting writer marks the key so that no new reader is
+// granted while it waits; see each backend's documentation.
 //
 // Shared and exclusive holds of one key are one read/write lock; a key
 // used as a semaphore (Limit) refuses them with ErrKindMismatch.

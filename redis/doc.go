@@ -279,17 +279,27 @@
 // each of their requests a script of thousands of steps, during which the
 // server runs nothing else.
 //
-// # No queue
+// # No queue, and a waiting writer's mark
 //
-// Waiters are not queued on the server, as for the mutex: a writer
-// waiting for readers is woken by each release notice and by the soonest
-// reader's expiry, and tries again, while new readers are let in beside
-// the readers already there. So a writer waits for as long as readers
-// overlap: under a continuous stream of readers, each arriving before the
-// last has left, it waits until the stream pauses, without bound. Likewise
-// a request for many permits waits while smaller ones that fit take the
-// permits freed. Where a writer must not starve, use a backend that queues
-// (memory, zookeeper, etcd: Capabilities().FIFO), or pause the readers.
+// Waiters are not queued on the server, as for the mutex: a waiter is
+// woken by each release notice and by the soonest holder's expiry, and
+// tries again. So that readers that overlap, each arriving before the
+// last has left, do not starve a writer, a waiting writer's attempt that
+// finds readers marks the key (a w:<token> field of its hash, with its
+// expiry on the server's clock): while a live mark is there no new shared
+// hold is granted, the readers holding the key keep their holds (and
+// refresh them), and the writer gets in when the last of them leaves. The
+// mark lasts the writer's TTL and each of its attempts renews it (it tries
+// again within a third of its TTL while it waits); its grant removes it,
+// and the end of its wait by a cancel or Close takes it back and wakes the
+// readers it kept out. A writer that crashes while it waits keeps readers
+// out for at most its TTL. TryAcquire leaves no mark. The mark only ever
+// refuses: no reader is let in beside a writer because of it.
+//
+// Semaphores have no such mark: a request for many permits waits while
+// smaller ones that fit take the permits freed. Where a large request must
+// not starve, use a backend that queues (memory, zookeeper, etcd:
+// Capabilities().FIFO).
 //
 // # Fences of shared holds and permits
 //

@@ -160,9 +160,12 @@
 // taken when a quorum of nodes granted it with validity left (TTL -
 // elapsed - drift, as above); otherwise it is released on every node that
 // granted it or did not answer. Refresh, TTL and Release count the same
-// quorum. Waiters are woken as for the mutex, and are not queued: a
-// writer may wait for as long as readers overlap (see No queue in the
-// redis package's doc).
+// quorum. Waiters are woken as for the mutex, and are not queued; a
+// waiting writer marks the key on every node where readers hold it, after
+// each busy round, so that no new reader is granted there while it waits
+// (see No queue, and a waiting writer's mark, in the redis package's doc).
+// The marks are a liveness aid, set and taken back best-effort: a reader
+// needs a majority, so marks on a majority keep new readers out.
 //
 // The quorum depends on the kind. An exclusive hold and a shared one need
 // a majority, N/2+1 nodes: two holds that conflict (a writer and anyone
