@@ -152,3 +152,65 @@ func TestRefreshBatchKinds(t *testing.T) {
 		t.Errorf("release of p3, held on 3 of 5 nodes (4 needed): %v, want ErrNotHeld", err)
 	}
 }
+
+// TestPermitQuorumSplitVotes: a semaphore of 2 permits on 5 nodes, where
+// rounds find the permits spread so that each round wins a plain
+// majority (3 nodes) and no more: A while nodes 4 and 5 are full, B while
+// nodes 1 and 2 are, C on the 4 nodes A and B leave room on. With a
+// quorum of a majority all three would hold 2 permits; with the quorum
+// above 2 * 5 / 3, 4 nodes, A and B are refused and C alone holds.
+func TestPermitQuorumSplitVotes(t *testing.T) {
+	d, cs := testDriver(t, defaults)
+	ctx := context.Background()
+	const key, limit = "split-permits", 2
+	sem := backend.Claim{Kind: backend.Permit, Limit: limit, Weight: 1}
+	// fill takes the permits of the nodes named, by index, left free by
+	// the test's holders, with planted holds that it then removes.
+	fill := func(nodes ...int) (unfill func()) {
+		var planted []func()
+		for _, i := range nodes {
+			c := redisconn.NewGoRedis(cs[i], false)
+			for j := 0; ; j++ {
+				token := fmt.Sprintf("filler-%d-%d", i, j)
+				g, err := redisconn.Hold(ctx, c, redisconn.HoldRequest{Key: lockKey(key), Token: token, TTL: time.Minute, Claim: sem})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !g.Taken {
+					break
+				}
+				planted = append(planted, func() {
+					if _, err := redisconn.EvalInt(ctx, c, redisconn.HoldReleaseScript, []string{lockKey(key)}, token, channelOf(key)); err != nil {
+						t.Fatal(err)
+					}
+				})
+			}
+		}
+		return func() {
+			for _, f := range planted {
+				f()
+			}
+		}
+	}
+	var holders []string
+	try := func(name string) {
+		_, err := d.TryAcquire(ctx, backend.Request{Key: key, Token: name, TTL: time.Minute, Kind: backend.Permit, Limit: limit, Weight: 1})
+		switch {
+		case err == nil:
+			holders = append(holders, name)
+		case !errors.Is(err, backend.ErrNotAcquired):
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	unfill := fill(3, 4)
+	try("A") // nodes 1, 2 and 3 (indexes 0 to 2) have room
+	unfill()
+	unfill = fill(0, 1)
+	try("B") // nodes 3, 4 and 5 have room, node 3 beside A's copy
+	unfill()
+	try("C") // every node but node 3, which holds A and B's copies
+	if len(holders) > limit {
+		t.Fatalf("%d holders of a semaphore of %d permits on 5 nodes: %v; each won %d nodes or more, and a quorum must exceed 2 * 5 / 3",
+			len(holders), limit, holders, d.quorum)
+	}
+}
