@@ -350,6 +350,15 @@ func caseReadersWriters(t *T) {
 	w := t.TryAcquire(c, key, locker.WithTTL(t.LongTTL()))
 	t.WantNotAcquired(a, key, "a shared request while an exclusive hold holds the key", locker.Shared())
 	t.Release(w)
+	if v := t.value("the writer's"); v != nil {
+		// A backend may keep an exclusive hold with a value as it keeps
+		// shared holds (Redis: in a hash of holders): it keeps readers
+		// out all the same.
+		w = t.TryAcquire(c, key, locker.WithTTL(t.LongTTL()), locker.WithValue(v))
+		t.WantNotAcquired(a, key, "a shared request while an exclusive hold with a value holds the key", locker.Shared(), locker.WithValue(t.value("a reader's")))
+		t.WantNotAcquired(b, key, "a shared request without a value while an exclusive hold with a value holds the key", locker.Shared())
+		t.Release(w)
+	}
 
 	// Waiting: a writer gets the key once the last reader leaves, a
 	// reader once the writer does.
