@@ -518,7 +518,35 @@ func fencesPermits(t *T) {
 }
 
 func caseCrashedSharedHolder(t *T) {
-	byKind(t, crashedReader, crashedPermitHolder)
+	byKind(t, func(t *T) { crashedReader(t); crashedReaderBesideLive(t) }, crashedPermitHolder)
+}
+
+// crashedReaderBesideLive cuts off one of two shared holders while the
+// other refreshes its hold, and with it the key: once the crashed
+// holder's TTL + ExpirySlack has passed, its share is gone, and a writer
+// waiting for the key gets it when the live holder leaves.
+func crashedReaderBesideLive(t *T) {
+	a := t.CrashableClient()
+	b, c := t.Locker(), t.Locker()
+	key := t.Key("rw-beside-live")
+	lk := t.Acquire(a.Locker, key, locker.Shared(), locker.WithTTL(t.TTL()))
+	kept := t.TryAcquire(b, key, locker.Shared(), locker.WithTTL(t.TTL())) // refreshed while the case runs
+	a.Crash()
+	freed := time.Now().Add(t.ExpiryBound(t.TTL()))
+	pw := t.startAcquire("the writer", c, key)
+	if !t.ClosedWithin(lk.Lost(), time.Until(freed)) {
+		t.Errorf("the crashed shared holder's Lost() stayed open for TTL + ExpirySlack after the crash (TTL %v)", t.TTL())
+	}
+	t.ClosedWithin(t.ctx.Done(), time.Until(freed)) // wait the crashed holder's share out
+	if pw.returned() {
+		t.Fatalf("the writer's Acquire returned while the live shared holder held the key: %s", pw.outcome())
+	}
+	if isClosed(kept.Lost()) {
+		t.Fatalf("the live shared holder's Lost() closed while it refreshed its hold: %v", kept.Err())
+	}
+	t.Release(kept)
+	t.Release(t.await(pw, t.LongTTL()/2, fmt.Sprintf(
+		"the live shared holder released, %v (TTL + ExpirySlack) after the other was cut off", t.ExpiryBound(t.TTL()))))
 }
 
 // crashedReader cuts off a shared holder: a writer gets the key within
@@ -531,16 +559,18 @@ func crashedReader(t *T) {
 	t.Release(t.crashHolder(a, lk, "the crashed shared holder", b, key, "the only shared holder crashed; an exclusive request"))
 }
 
-// crashedPermitHolder fills a semaphore of 2 with a live holder and one
-// that it cuts off: the crashed holder's permit, and only it, is free
-// for another within TTL + ExpirySlack.
+// crashedPermitHolder fills a semaphore of 2 with a live holder, which
+// refreshes its permit, and one that it cuts off: the crashed holder's
+// permit, and only it, is free for another within TTL + ExpirySlack.
 func crashedPermitHolder(t *T) {
 	a := t.CrashableClient()
 	b, c := t.Locker(), t.Locker()
 	key := t.Key("sem")
 	sem := locker.Limit(2)
 	lk := t.Acquire(a.Locker, key, sem, locker.WithTTL(t.TTL()))
-	kept := t.TryAcquire(b, key, sem, locker.WithTTL(t.LongTTL()))
+	// The live holder refreshes its permit, and the key, while the
+	// crashed one's lapses.
+	kept := t.TryAcquire(b, key, sem, locker.WithTTL(t.TTL()))
 	t.WantNotAcquired(c, key, "both permits of a semaphore of 2 held", sem)
 	t.Release(t.crashHolder(a, lk, "the crashed permit holder", c, key, "one of 2 permit holders crashed, the other holds on", sem))
 	t.Release(kept)
