@@ -590,8 +590,9 @@ func caseCancelledWriter(t *T) {
 	}
 	t.WantErr(w.err, context.Canceled, "writer W's Acquire, cancelled while queued")
 	// A backend that polls sees W gone at its next poll: the bound is
-	// generous for it.
-	lkR2 := t.await(r2, t.LongTTL(), "writer W, queued ahead of reader R2, was cancelled, and reader R1 still holds the key")
+	// generous for it. It is below W's TTL, so that whatever W left to
+	// keep readers out while it waited must go with its cancel, not lapse.
+	lkR2 := t.await(r2, t.LongTTL()/2, "writer W, queued ahead of reader R2, was cancelled, and reader R1 still holds the key")
 	if isClosed(r1.Lost()) {
 		t.Errorf("reader R1's Lost() closed while it held the key with a long TTL: %v", r1.Err())
 	}
