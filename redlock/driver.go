@@ -166,10 +166,9 @@ type outcome struct {
 
 // fanOut runs script on every node at once, for a request that needs q
 // of them (onQuorum), each bounded by the per-node timeout (and by ctx),
-// and returns every node's outcome. It returns when all nodes have
-// answered or the per-node timeout has passed, whichever is first: a node
-// that does not answer in time counts as failed even if its client, built
-// without ContextTimeoutEnabled, goes on waiting.
+// and returns every node's outcome. A node that does not answer in time
+// counts as failed even if its client, built without
+// ContextTimeoutEnabled, goes on waiting.
 func (d *driver) fanOut(ctx context.Context, q int, s *redisconn.Script, key string, args ...any) []outcome {
 	vals, errs := onQuorum(ctx, d, q, func(ctx context.Context, i int) (int64, error) {
 		return redisconn.EvalInt(ctx, d.nodes[i].c, s, []string{lockKey(key)}, args...)
@@ -182,10 +181,11 @@ func (d *driver) fanOut(ctx context.Context, q int, s *redisconn.Script, key str
 }
 
 // onEvery runs op on every node (by index) at once, each bounded by the
-// per-node timeout and by ctx, and returns each node's value and error. It
-// returns when all nodes have answered or the timeout has passed: a node
-// that did not answer by then has an error and the zero value, even if its
-// op is still running (the client may not honour contexts).
+// per-node timeout from when it is sent (see window) and by ctx, and
+// returns each node's value and error. It returns when every node has
+// answered or timed out: a node that did not answer in time has an error
+// and the zero value, even if its op is still running (the client may not
+// honour contexts).
 //
 // A skipped node is not asked, and its error says so at once, unless too
 // few nodes are left for a majority: skipping never costs a majority that
@@ -927,8 +927,8 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 // nodes that answered decide nothing (fewer than a majority released it,
 // and fewer than a majority said it was not ours), the nodes that did not
 // answer are asked again after a random delay, up to noQuorumRetries more
-// times within ctx, as Acquire retries a round that no majority answered:
-// on a loaded machine a burst of releases can miss the node timeout.
+// times within ctx: on a loaded machine a burst of releases can miss the
+// node timeout.
 func (h *held) Release(ctx context.Context) error {
 	r := release{h: h, state: make([]int8, len(h.d.nodes))}
 	for round := 0; ; round++ {
