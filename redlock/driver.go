@@ -45,10 +45,10 @@ func newNode(addr string, c redisconn.Conn, log *slog.Logger) *node {
 
 // send waits until a request can go to n (see window), and returns the
 // function that frees its slot once it is answered or timed out. It
-// fails when ctx ends first, or when n is skipped meanwhile (unless
-// skipped is set: n was skipped already and is asked anyway), as the
-// requests in front of this one then failed.
-func (n *node) send(ctx context.Context, skipped bool) (done func(timedOut bool), _ error) {
+// fails when ctx ends first, when the driver closes (stop), or when n is
+// skipped meanwhile (unless skipped is set: n was skipped already and is
+// asked anyway), as the requests in front of this one then failed.
+func (n *node) send(ctx context.Context, stop <-chan struct{}, skipped bool) (done func(timedOut bool), _ error) {
 	var down <-chan struct{}
 	if !skipped {
 		down = n.downSignal()
@@ -58,11 +58,13 @@ func (n *node) send(ctx context.Context, skipped bool) (done func(timedOut bool)
 		return n.inFlight.done, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-stop:
+		return nil, backend.ErrClosed
 	case <-down:
 		if err := n.skipped(); err != nil {
 			return nil, err
 		}
-		return n.send(ctx, skipped) // back in use already
+		return n.send(ctx, stop, skipped) // back in use already
 	}
 }
 
@@ -250,7 +252,7 @@ func (t *tally[T]) ask(ctx context.Context, d *driver, op func(ctx context.Conte
 		skipped := n.skipped() != nil // asked all the same: too few others
 		d.work.do(func() {
 			defer d.wg.Done()
-			done, err := n.send(ctx, skipped)
+			done, err := n.send(ctx, d.stop.Done(), skipped)
 			if err != nil {
 				answers <- answer{i: i, err: err}
 				return
@@ -384,7 +386,7 @@ func (d *driver) gatedRound(ctx context.Context, req backend.Request) (backend.A
 
 // gate is gatedRound's request to the gate node n, timed as a round's.
 func gate(ctx context.Context, d *driver, n *node, req backend.Request) (redisconn.Grant, error) {
-	done, err := n.send(ctx, false)
+	done, err := n.send(ctx, d.stop.Done(), false)
 	if err != nil {
 		return redisconn.Grant{}, err
 	}
