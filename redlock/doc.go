@@ -100,10 +100,10 @@
 //     long a majority still holds the lock, bounded by the local validity.
 //
 // The per-node timeout is for the node's answer, not for our own queue:
-// each node takes at most as many requests at once as its client has
-// connections (a window that narrows by one with each request that timed
-// out and widens again with answers), and a request's timeout starts
-// when it goes into the window. A burst of a thousand Acquire calls waits
+// each node takes at most as many requests at once as go-redis's default
+// pool has connections (a window that narrows by one with each request
+// that timed out and widens again with answers), and a request's timeout
+// starts when it goes into the window. A burst of a thousand Acquire calls waits
 // there for its turn, its rounds' validity still measured from t1 (the
 // wait counts against the TTL), instead of spending the node timeout in
 // the client's queue for a connection and taking the node for one that
