@@ -99,12 +99,28 @@
 //     SET having arrived late, are deleted all the same). TTL reports how
 //     long a majority still holds the lock, bounded by the local validity.
 //
-// With a majority of nodes down or hung, TryAcquire fails with an error
-// that names the nodes and their errors: at once when they refuse
-// connections, after about two per-node timeouts when they hang (one for
-// the round, one for undoing it); Acquire makes two more rounds a retry
-// delay apart first, in case the nodes were only slow for a moment.
-// Neither waits for a majority to come back.
+// The per-node timeout is for the node's answer, not for our own queue:
+// each node takes at most as many requests at once as go-redis's default
+// pool has connections (a window that narrows by one with each request
+// that timed out and widens again with answers), and a request's timeout
+// starts when it goes into the window. A burst of a thousand Acquire calls waits
+// there for its turn, its rounds' validity still measured from t1 (the
+// wait counts against the TTL), instead of spending the node timeout in
+// the client's queue for a connection and taking the node for one that
+// does not answer.
+//
+// With a majority of nodes down or hung, TryAcquire (and Open) fail with
+// an error that names the nodes and their errors: at once when they
+// refuse connections, after about two per-node timeouts when they hang
+// (one for the round, one for undoing it). Acquire tries again, as long
+// as its context allows: unavailability is transient (a restart, a
+// partition healing, a burst of our own), and the caller's context says
+// how long to wait. Between rounds that no majority answered it waits a
+// random delay in [b/2, b], b starting at retry_delay and doubling up to
+// a second, so that many waiters do not retry in step. When the context
+// ends, the error is the context's (errors.Is finds
+// context.DeadlineExceeded or context.Canceled) wrapping the last round's,
+// which names each node and what it said.
 //
 // # A node down
 //

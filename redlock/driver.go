@@ -32,11 +32,40 @@ type node struct {
 	// notify delivers the node's release notices; while the node is
 	// unreachable and nobody watches, it does not dial it.
 	notify *redisconn.Notifier
+	// inFlight bounds the requests sent to the node and not yet
+	// answered (see window).
+	inFlight *window
 	health
 }
 
 func newNode(addr string, c redisconn.Conn, log *slog.Logger) *node {
-	return &node{addr: addr, c: c, notify: redisconn.NewNotifier(c, log.With("node", addr))}
+	return &node{addr: addr, c: c, notify: redisconn.NewNotifier(c, log.With("node", addr)),
+		inFlight: newWindow(maxInFlight()), health: health{down: make(chan struct{})}}
+}
+
+// send waits until a request can go to n (see window), and returns the
+// function that frees its slot once it is answered or timed out. It
+// fails when ctx ends first, when the driver closes (stop), or when n is
+// skipped meanwhile (unless skipped is set: n was skipped already and is
+// asked anyway), as the requests in front of this one then failed.
+func (n *node) send(ctx context.Context, stop <-chan struct{}, skipped bool) (done func(timedOut bool), _ error) {
+	var down <-chan struct{}
+	if !skipped {
+		down = n.downSignal()
+	}
+	select {
+	case n.inFlight.slots <- struct{}{}:
+		return n.inFlight.done, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-stop:
+		return nil, backend.ErrClosed
+	case <-down:
+		if err := n.skipped(); err != nil {
+			return nil, err
+		}
+		return n.send(ctx, stop, skipped) // back in use already
+	}
 }
 
 type driver struct {
@@ -139,10 +168,9 @@ type outcome struct {
 
 // fanOut runs script on every node at once, for a request that needs q
 // of them (onQuorum), each bounded by the per-node timeout (and by ctx),
-// and returns every node's outcome. It returns when all nodes have
-// answered or the per-node timeout has passed, whichever is first: a node
-// that does not answer in time counts as failed even if its client, built
-// without ContextTimeoutEnabled, goes on waiting.
+// and returns every node's outcome. A node that does not answer in time
+// counts as failed even if its client, built without
+// ContextTimeoutEnabled, goes on waiting.
 func (d *driver) fanOut(ctx context.Context, q int, s *redisconn.Script, key string, args ...any) []outcome {
 	vals, errs := onQuorum(ctx, d, q, func(ctx context.Context, i int) (int64, error) {
 		return redisconn.EvalInt(ctx, d.nodes[i].c, s, []string{lockKey(key)}, args...)
@@ -155,10 +183,11 @@ func (d *driver) fanOut(ctx context.Context, q int, s *redisconn.Script, key str
 }
 
 // onEvery runs op on every node (by index) at once, each bounded by the
-// per-node timeout and by ctx, and returns each node's value and error. It
-// returns when all nodes have answered or the timeout has passed: a node
-// that did not answer by then has an error and the zero value, even if its
-// op is still running (the client may not honour contexts).
+// per-node timeout from when it is sent (see window) and by ctx, and
+// returns each node's value and error. It returns when every node has
+// answered or timed out: a node that did not answer in time has an error
+// and the zero value, even if its op is still running (the client may not
+// honour contexts).
 //
 // A skipped node is not asked, and its error says so at once, unless too
 // few nodes are left for a majority: skipping never costs a majority that
@@ -205,32 +234,48 @@ type tally[T any] struct {
 }
 
 // ask runs op on the asked nodes, those not answered yet, at once, and
-// fills in their values and errors; a node that did not answer within the
-// per-node timeout, or before ctx ended, gets an error that says so.
+// fills in their values and errors. Each node's request waits for a slot
+// (send), and the per-node timeout starts only then: a node that did not
+// answer within it, or before ctx ended, gets an error that says so.
 func (t *tally[T]) ask(ctx context.Context, d *driver, op func(ctx context.Context, i int) (T, error), asked int) {
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
-	defer cancel()
 	type answer struct {
 		i   int
 		v   T
 		err error
 	}
-	answers := make(chan answer, asked)
-	for i := range d.nodes {
+	// Up to two per node: its timeout's and its own, whichever is first.
+	answers := make(chan answer, 2*asked)
+	for i, n := range d.nodes {
 		if t.answered[i] {
 			continue
 		}
+		skipped := n.skipped() != nil // asked all the same: too few others
 		d.work.do(func() {
 			defer d.wg.Done()
-			v, err := op(ctx, i)
+			done, err := n.send(ctx, d.stop.Done(), skipped)
+			if err != nil {
+				answers <- answer{i: i, err: err}
+				return
+			}
+			// The timer bounds a client that does not honour contexts.
+			timeout := time.AfterFunc(d.cfg.nodeTimeout, func() {
+				answers <- answer{i: i, err: fmt.Errorf("no answer within %v", d.cfg.nodeTimeout)}
+			})
+			nctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
+			v, err := op(nctx, i)
+			done(nctx.Err() != nil && ctx.Err() == nil)
+			cancel()
+			timeout.Stop()
 			answers <- answer{i, v, err}
 		})
 	}
-	for pending := asked; pending > 0; pending-- {
+	for pending := asked; pending > 0; {
 		select {
 		case a := <-answers:
-			t.vals[a.i], t.errs[a.i], t.answered[a.i] = a.v, a.err, true
+			if !t.answered[a.i] {
+				t.vals[a.i], t.errs[a.i], t.answered[a.i] = a.v, a.err, true
+				pending--
+			}
 			continue
 		case <-ctx.Done():
 		}
@@ -238,10 +283,7 @@ func (t *tally[T]) ask(ctx context.Context, d *driver, op func(ctx context.Conte
 	}
 	for i := range t.errs {
 		if !t.answered[i] {
-			t.errs[i] = fmt.Errorf("no answer within %v", d.cfg.nodeTimeout)
-			if err := parent.Err(); err != nil {
-				t.errs[i] = err
-			}
+			t.errs[i] = ctx.Err()
 		}
 	}
 }
@@ -332,9 +374,7 @@ func (d *driver) gatedRound(ctx context.Context, req backend.Request) (backend.A
 		if !d.begin(1) {
 			return backend.Acquisition{}, false, backend.ErrClosed
 		}
-		gctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
-		g, err := take(gctx, n, req)
-		cancel()
+		g, err := gate(ctx, d, n, req)
 		d.wg.Done()
 		if err == nil && !g.Taken && g.Mismatch == nil {
 			return backend.Acquisition{}, false, &backend.Busy{Remaining: g.Remaining}
@@ -342,6 +382,19 @@ func (d *driver) gatedRound(ctx context.Context, req backend.Request) (backend.A
 		break
 	}
 	return d.round(ctx, req)
+}
+
+// gate is gatedRound's request to the gate node n, timed as a round's.
+func gate(ctx context.Context, d *driver, n *node, req backend.Request) (redisconn.Grant, error) {
+	done, err := n.send(ctx, d.stop.Done(), false)
+	if err != nil {
+		return redisconn.Grant{}, err
+	}
+	gctx, cancel := context.WithTimeout(ctx, d.cfg.nodeTimeout)
+	defer cancel()
+	g, err := take(gctx, n, req)
+	done(gctx.Err() != nil && ctx.Err() == nil)
+	return g, err
 }
 
 // round is TryAcquire, also reporting a split vote: no node answered with
@@ -470,7 +523,11 @@ func (d *driver) retryDelay() time.Duration {
 
 // Acquire implements backend.Waiter: rounds of TryAcquire, woken by release
 // notices from any node, by the holder's TTL, or after a split vote by a
-// random delay. A writer that finds the key busy marks it on every node
+// random delay. A round that no quorum answered is tried again after a
+// growing, random delay for as long as ctx allows: nodes are unavailable
+// for a while (a burst, a restart), and the caller chose how long to wait.
+// When ctx ends, the error names what the nodes said in the last round.
+// A writer that finds the key busy marks it on every node
 // (redisconn.Mark) after each round, so that no new reader gets in while
 // it waits, and takes its marks back when its wait ends.
 func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
@@ -482,23 +539,23 @@ func (d *driver) Acquire(ctx context.Context, req backend.Request) (backend.Acqu
 			d.unmark(req)
 		}
 	}()
-	unanswered := 0  // rounds in a row that reached no majority
+	var unanswered *noQuorumError // the last round's, if no quorum answered it
+	backoff := time.Duration(0)
 	round := d.round // the first round: no other waiter to fall in step with
 	for {
 		acq, split, err := round(ctx, req)
-		var nq *noQuorumError
-		if errors.As(err, &nq) && unanswered < noQuorumRetries {
-			// Perhaps a burst of new connections on a loaded machine:
-			// try again shortly, a bounded number of times, so that a
-			// majority that is really gone still fails the call soon.
-			unanswered++
-			wt.timer.Reset(d.retryDelay())
+		if errors.As(err, &unanswered) {
+			backoff = min(max(2*backoff, d.cfg.retryDelay), maxBackoff)
+			wt.timer.Reset(backoff/2 + jitter(backoff/2))
 			if err := awaitTimer(ctx, wt.timer); err != nil {
-				return backend.Acquisition{}, err
+				return backend.Acquisition{}, unanswered.after(err)
 			}
 			continue
 		}
-		unanswered = 0
+		if err != nil && ctx.Err() != nil && unanswered != nil {
+			return backend.Acquisition{}, unanswered.after(ctx.Err())
+		}
+		unanswered, backoff = nil, 0
 		var busy *backend.Busy
 		if !errors.As(err, &busy) {
 			return acq, err
@@ -543,6 +600,10 @@ func (d *driver) unmark(req backend.Request) {
 		return nil, redisconn.Unmark(ctx, d.nodes[i].c, lockKey(req.Key), req.Token, channelOf(req.Key))
 	})
 }
+
+// maxBackoff bounds the delay between two rounds of an Acquire that no
+// quorum answered: nodes that come back are used within about this.
+const maxBackoff = time.Second
 
 // A waiter is what an Acquire keeps between its rounds.
 type waiter struct {
@@ -638,14 +699,20 @@ func awaitTimer(ctx context.Context, timer *time.Timer) error {
 	}
 }
 
-// noQuorumRetries is how many more rounds a waiting Acquire makes after a
-// round that fewer than a majority of nodes answered, before it fails.
+// noQuorumRetries is how many more times a Release asks the nodes that
+// did not answer, when those that did decide nothing.
 const noQuorumRetries = 2
 
-// noQuorumError: fewer than a majority of nodes answered a round.
+// noQuorumError: fewer than a quorum of nodes answered a round.
 type noQuorumError struct{ msg string }
 
 func (e *noQuorumError) Error() string { return e.msg }
+
+// after is e as the error of an Acquire whose context ended, with err,
+// after a round that ended with e: errors.Is finds both.
+func (e *noQuorumError) after(err error) error {
+	return fmt.Errorf("%w, still without a quorum; the last round: %w", err, e)
+}
 
 // maxWait bounds a waiter's sleep when it learned nothing better.
 const maxWait = 5 * time.Second
@@ -898,8 +965,8 @@ func (h *held) TTL(ctx context.Context) (time.Duration, error) {
 // nodes that answered decide nothing (fewer than a majority released it,
 // and fewer than a majority said it was not ours), the nodes that did not
 // answer are asked again after a random delay, up to noQuorumRetries more
-// times within ctx, as Acquire retries a round that no majority answered:
-// on a loaded machine a burst of releases can miss the node timeout.
+// times within ctx: on a loaded machine a burst of releases can miss the
+// node timeout.
 func (h *held) Release(ctx context.Context) error {
 	r := release{h: h, state: make([]int8, len(h.d.nodes))}
 	for round := 0; ; round++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,11 @@ func (e *skippedError) Unwrap() error { return e.err }
 type health struct {
 	fails atomic.Int32
 	skip  atomic.Pointer[skippedError] // non-nil while skipped
+	// down is closed when the node is skipped, and replaced when it is
+	// used again (both under downMu), so that the requests waiting to be
+	// sent to it fail at once rather than in turn.
+	downMu sync.Mutex
+	down   chan struct{}
 	// Under driver.mu: when the prober asks the node next, and how long
 	// it waits after that.
 	probeAt    time.Time
@@ -95,9 +101,25 @@ func (n *node) answered(d *driver) {
 	if n.fails.Load() != 0 {
 		n.fails.Store(0)
 	}
-	if n.skip.Load() != nil && n.skip.Swap(nil) != nil {
+	if n.skip.Load() == nil {
+		return
+	}
+	n.downMu.Lock()
+	back := n.skip.Swap(nil) != nil
+	if back {
+		n.down = make(chan struct{})
+	}
+	n.downMu.Unlock()
+	if back {
 		d.log.Info("redlock: node answers again; it votes again", "node", n.addr)
 	}
+}
+
+// downSignal returns the channel closed when n is next skipped.
+func (n *node) downSignal() <-chan struct{} {
+	n.downMu.Lock()
+	defer n.downMu.Unlock()
+	return n.down
 }
 
 // unskipped is how many nodes are not skipped.
@@ -114,7 +136,13 @@ func (d *driver) unskipped() int {
 // skipNode stops asking n, which failed fails times in a row, until the
 // prober gets an answer from it.
 func (d *driver) skipNode(n *node, fails int, err error) {
-	if !n.skip.CompareAndSwap(nil, &skippedError{fails: fails, err: err}) {
+	n.downMu.Lock()
+	skipped := n.skip.CompareAndSwap(nil, &skippedError{fails: fails, err: err})
+	if skipped {
+		close(n.down)
+	}
+	n.downMu.Unlock()
+	if !skipped {
 		return // skipped already
 	}
 	d.log.Warn("redlock: node skipped after failing repeatedly; it counts as not voting until a probe gets an answer",

@@ -24,8 +24,9 @@ type Options struct {
 	// Config is passed to locker.New.
 	Config locker.Config
 	// NodeTimeout bounds each node's part of a round (acquire, refresh,
-	// release), so that a dead or slow node costs this much, not the TTL.
-	// Keep it well below the TTLs you use. Default 100ms.
+	// release), from when it is sent, so that a dead or slow node costs
+	// this much, not the TTL. Keep it well below the TTLs you use.
+	// Default 100ms.
 	NodeTimeout time.Duration
 	// DriftFactor and MinDrift make the clock-drift allowance subtracted
 	// from the TTL: TTL x DriftFactor + MinDrift. Defaults 0.01 and 2ms,
@@ -33,7 +34,8 @@ type Options struct {
 	DriftFactor float64
 	MinDrift    time.Duration
 	// RetryDelay is the longest random delay before a waiter tries again
-	// after a split vote. Default 20ms.
+	// after a split vote, and the first bound of the growing one after a
+	// round that no majority answered. Default 20ms.
 	RetryDelay time.Duration
 	// AllowEviction opens the Locker even when a node's maxmemory-policy
 	// lets Redis evict lock keys under memory pressure.
