@@ -34,7 +34,8 @@ type Leader struct {
 	Term   uint64
 	Termed bool
 	// Token is the leader's Lock.Token where the backend stores tokens
-	// (memory, redis, redlock); "" elsewhere.
+	// (memory, Redis, Redlock, PostgreSQL); "" elsewhere (ZooKeeper,
+	// etcd).
 	Token string
 }
 
@@ -78,10 +79,16 @@ func (e *Election) Name() string { return e.name }
 // SetValue is Proclaim and Release is Resign. A leader that finds itself
 // deposed stops acting: after Lost closes, another may lead.
 //
+// Leadership is never reentrant: a Campaign waits for the leadership of
+// any other campaigner, whatever owner ctx carries (WithOwner), another
+// Election of the same Locker and owner included; the owner does not
+// carry over to the leadership.
+//
 // Where the backend's grant may tell observers nothing (a plain SET on
-// Redis and Redlock), Campaign mints the term if the backend mints fences
-// on demand, and sets the value once more before it returns, so that
-// Observe hears of the new leader, with its term: one more round trip.
+// Redis and Redlock, a row on PostgreSQL), Campaign mints the term if the
+// backend mints fences on demand, and sets the value once more before it
+// returns, so that Observe hears of the new leader, with its term: one
+// more round trip.
 func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
 	if ctx == nil {
 		return nil, opErr(opCampaign, e.name, errNilContext)
@@ -116,7 +123,11 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
 	}()
 
 	opts := append(append([]Option(nil), e.opts...), WithValue(value))
-	lk, err := e.l.Acquire(ctx, e.name, opts...)
+	// Without the owner ctx may carry (an empty owner is none):
+	// leadership is never reentrant. Under an owner, a second Election
+	// of the owner's would get a handle on the first's hold, and two
+	// Elections would lead at once with one term.
+	lk, err := e.l.Acquire(WithOwner(ctx, ""), e.name, opts...)
 	if err != nil {
 		return nil, opErr(opCampaign, e.name, err)
 	}
@@ -133,7 +144,7 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
 // announce makes sure observers are told of a new leader, with its term.
 // A grant that came with its fence (memory, ZooKeeper, etcd, and Redis
 // when its script mints one) was announced by the backend. Otherwise the
-// grant may have been a plain SET that tells no one (Redis, Redlock):
+// grant may have been one that tells no one (Redis, Redlock, PostgreSQL):
 // announce mints the term where the backend mints fences on demand, then
 // sets the value once more, which notifies observers.
 func (e *Election) announce(ctx context.Context, lk Lock, value []byte) error {
@@ -268,12 +279,13 @@ const (
 //
 // Each change is read from the servers after the backend tells of it: on
 // ZooKeeper and etcd from watches, on Redis and Redlock from the notices
-// their scripts publish, on memory from the store. A leader whose lock
-// expires on Redis (a crash) is seen when its TTL, as last read, runs out,
-// as Redis tells of no expiry; a backend that tells of nothing is read
-// once a second. Changes closer together than a round trip may be seen as
-// one, the last; terms never go back. A slow reader delays the reading of
-// later changes, not their order.
+// their scripts publish, on PostgreSQL from the notices (NOTIFY) its
+// releases and new values send, on memory from the store. A leader whose
+// lock expires on Redis, Redlock or PostgreSQL (a crash) is seen when its
+// TTL, as last read, runs out, as they tell of no expiry; a backend that
+// tells of nothing is read once a second. Changes closer together than a
+// round trip may be seen as one, the last; terms never go back. A slow
+// reader delays the reading of later changes, not their order.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	go e.observe(ctx, ch)

@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -510,4 +511,100 @@ func caseElectionCrashedLeader(t *T) {
 		}
 	}
 	t.resign(eb, lb)
+}
+
+// campaignOwner is the owner the owner cases campaign under, as a request
+// handler's context may carry one (locker.WithOwner).
+const campaignOwner = "request-42"
+
+// campaignUnder makes who campaign with value under campaignOwner, on a
+// goroutine of its own, as campaign does.
+func (t *T) campaignUnder(el *election, value []byte) *pending {
+	return t.startCall(el.who, "Campaign", func(ctx context.Context) (locker.Lock, error) {
+		return el.e.Campaign(locker.WithOwner(ctx, campaignOwner), value)
+	})
+}
+
+// wantNoLeadUnder checks that who's Campaign under own, while another
+// Election of its Locker and owner leads, returns no leadership before
+// its context ends a while later.
+func (t *T) wantNoLeadUnder(own context.Context, el *election, value []byte, leading leader) {
+	ctx, cancel := context.WithTimeout(own, reentryBound)
+	defer cancel()
+	lk, err := el.e.Campaign(ctx, value)
+	if err == nil {
+		defer lk.Release(t.ctx)
+		f, _ := lk.Fence()
+		t.Fatalf("%s's Campaign under the owner %q returned a leadership (token %q, term %d) while %s led under the same owner through the same Locker: two leaders; want it to wait until its context ends",
+			el.who, campaignOwner, lk.Token(), f, leading)
+	}
+	t.WantErr(err, context.DeadlineExceeded, fmt.Sprintf("%s's Campaign under the owner of %s's leadership, with a context ending after %v", el.who, leading.who, reentryBound))
+	if el.e.Leading() != nil {
+		t.Errorf("%s's Election reports leading after its Campaign failed", el.who)
+	}
+}
+
+func caseElectionOwnerWaits(t *T) {
+	l, c := t.Locker(), t.Locker()
+	name := t.Key("name")
+	own := locker.WithOwner(t.ctx, campaignOwner)
+	e1, e2 := t.newElection("E1", l, name), t.newElection("E2", l, name)
+	l1, err := e1.e.Campaign(own, t.value("E1"))
+	if err != nil {
+		t.Fatalf("E1's Campaign under the owner %q on a free name: %v", campaignOwner, err)
+	}
+	t.Cleanup(func() { l1.Release(context.WithoutCancel(t.ctx)) })
+	w1 := leader{"E1", t.value("E1"), l1}
+	t.wantNoLeadUnder(own, e2, t.value("E2"), w1)
+
+	p2 := t.campaignUnder(e2, t.value("E2"))
+	q := &queueing{t: t, l: c, key: name, blindWait: 50 * time.Millisecond}
+	q.until(1, p2)
+	if p2.returned() {
+		t.Fatalf("E2's Campaign under the owner of E1's leadership %s while E1 led%s", p2.outcome(), q.note())
+	}
+	t.resign(e1, l1)
+	w2 := leader{"E2", t.value("E2"), t.await(p2, t.LongTTL()/2, "E1 resigned with E2 of its Locker and owner waiting")}
+	if f1, ok := l1.Fence(); ok {
+		if f2, _ := w2.lead.Fence(); f2 <= f1 {
+			t.Errorf("E2, leading after E1 resigned, got the term %d, not above E1's %d", f2, f1)
+		}
+	}
+	if _, err := locker.Inspect(t.ctx, c, name); err == nil {
+		t.wantLeader(&election{who: "C", e: locker.NewElection(c, name)}, w2, "E1 resigned, and E2 of its Locker and owner leads")
+	}
+	t.resign(e2, w2.lead)
+}
+
+func caseElectionOwnerResign(t *T) {
+	l, c := t.Locker(), t.Locker()
+	name := t.Key("name")
+	own := locker.WithOwner(t.ctx, campaignOwner)
+	e1, e2 := t.newElection("E1", l, name), t.newElection("E2", l, name)
+	_, err := locker.Inspect(t.ctx, c, name)
+	inspectable := err == nil
+	ec := &election{who: "C", e: locker.NewElection(c, name)}
+	l1, err := e1.e.Campaign(own, t.value("E1"))
+	if err != nil {
+		t.Fatalf("E1's Campaign under the owner %q on a free name: %v", campaignOwner, err)
+	}
+	t.Cleanup(func() { l1.Release(context.WithoutCancel(t.ctx)) })
+	w1 := leader{"E1", t.value("E1"), l1}
+	t.wantNoLeadUnder(own, e2, t.value("E2"), w1)
+	if inspectable {
+		t.wantLeader(ec, w1, "E2 of E1's Locker and owner campaigned with another value and did not win")
+	}
+	t.resign(e1, l1)
+	// Nobody campaigns now: the name is free, at once.
+	if inspectable {
+		ldr, err := ec.e.Leader(t.ctx)
+		if !errors.Is(err, locker.ErrNoLeader) {
+			t.Errorf("E1 resigned under its owner, and nobody else leads: Leader reports %s, %v; want ErrNoLeader", leaderText(ldr), err)
+		}
+	}
+	lk, err := c.TryAcquire(t.ctx, name, t.electionTTL())
+	if err != nil {
+		t.Fatalf("E1 resigned under its owner, and nobody else leads: another client's TryAcquire of the name: %v; want it free%s", err, t.holderText(c, name))
+	}
+	t.Release(lk)
 }
