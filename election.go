@@ -376,3 +376,117 @@ func (o *observation) look(ctx context.Context) (time.Duration, bool) {
 	}
 	return 0, true
 }
+
+// opRun is Run's operation, as OpError.Op names it.
+const opRun = "run"
+
+// RunOption changes how Election.Run runs.
+type RunOption func(*runOptions)
+
+type runOptions struct {
+	onNewLeader func(Leader)
+}
+
+// OnNewLeader makes Run call f with each leader Observe reports while Run
+// runs, this Election's own leadership included: the leader when Run
+// starts, every new leader and every new value of one. f is called on a
+// goroutine of its own, one call at a time, and Run returns once the call
+// in progress has.
+func OnNewLeader(f func(Leader)) RunOption {
+	return func(o *runOptions) { o.onNewLeader = f }
+}
+
+// Run leads whenever it can, until ctx ends or lead fails: it campaigns
+// with value, calls lead with the leadership, resigns when lead returns,
+// and campaigns again, as client-go's leaderelection.RunOrDie runs its
+// OnStartedLeading with ReleaseOnCancel.
+//
+// lead's ctx is cancelled when the leadership is lost (context.Cause then
+// wraps ErrNotHeld) or ctx ends: a leader stops acting once it is
+// cancelled, as another may lead then. The leadership is resigned on
+// every path out of lead: if lead panics (or calls runtime.Goexit), Run
+// resigns and lets the panic go on, as Do releases its lock.
+//
+// What lead returns decides what follows: nil, or anything once its
+// leadership was lost (a deposed leader's work fails for being deposed),
+// and Run campaigns again; an error while it still leads, and Run returns
+// that error, joined with Resign's. Run also returns when ctx ends, with
+// ctx's error (lead's, if it returned one), and when Campaign fails (the
+// Locker closed, the servers unreachable), with Campaign's error.
+func (e *Election) Run(ctx context.Context, value []byte, lead func(ctx context.Context, l Lock) error, opts ...RunOption) error {
+	switch {
+	case ctx == nil:
+		return opErr(opRun, e.name, errNilContext)
+	case lead == nil:
+		return opErr(opRun, e.name, errors.New("nil lead"))
+	}
+	var o runOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	if o.onNewLeader != nil {
+		octx, stop := context.WithCancel(ctx)
+		observed := make(chan struct{})
+		go func() {
+			defer close(observed)
+			for ldr := range e.Observe(octx) {
+				o.onNewLeader(ldr)
+			}
+		}()
+		defer func() {
+			stop()
+			<-observed
+		}()
+	}
+	for {
+		lk, err := e.Campaign(ctx, value)
+		if err != nil {
+			return err
+		}
+		again, err := e.term(ctx, lk, lead)
+		if !again {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return opErr(opRun, e.name, err)
+		}
+	}
+}
+
+// term calls lead with lk, this Election's leadership, under a context
+// cancelled when lk is lost, and resigns when lead returns or panics. It
+// reports whether Run campaigns again, and otherwise the error Run
+// returns.
+func (e *Election) term(ctx context.Context, lk Lock, lead func(context.Context, Lock) error) (again bool, err error) {
+	lctx, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-lk.Lost():
+			cancel(opErr(opRun, e.name, fmt.Errorf("%w: the leadership was lost while lead was running", ErrNotHeld)))
+		case <-lctx.Done():
+		}
+	}()
+	var leadErr error
+	// On every path out of lead, a panic included: the leadership ends
+	// here, not when its TTL runs out.
+	defer func() {
+		cancel(nil)
+		<-watched
+		lost := errors.Is(context.Cause(lctx), ErrNotHeld)
+		resignErr := e.Resign(context.WithoutCancel(ctx))
+		switch {
+		case leadErr != nil && !lost:
+			again, err = false, errors.Join(leadErr, resignErr)
+		case ctx.Err() != nil:
+			again, err = false, opErr(opRun, e.name, ctx.Err())
+		default:
+			again = true
+		}
+	}()
+	leadErr = lead(lctx, lk)
+	return
+}

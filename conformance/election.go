@@ -608,3 +608,167 @@ func caseElectionOwnerResign(t *T) {
 	}
 	t.Release(lk)
 }
+
+// term is one leadership that Election.Run gave a client's lead: when
+// lead was called, with what, and why its ctx ended.
+type term struct {
+	who   string
+	at    time.Time
+	lead  locker.Lock
+	ended chan struct{} // closed once lead's ctx ended
+	cause error         // context.Cause of lead's ctx, set before ended closes
+}
+
+// loop is a client's Election.Run on a goroutine of its own.
+type loop struct {
+	done chan struct{} // closed once Run returned
+	err  error         // Run's error, set before done closes
+}
+
+// runLoop runs who's Election.Run with value under ctx, sending each
+// leadership to terms as lead is called; lead returns once its ctx ends,
+// with its cause. The case's cleanup waits for Run to return: stop ctx
+// first.
+func (t *T) runLoop(ctx context.Context, el *election, value []byte, terms chan<- *term, opts ...locker.RunOption) *loop {
+	lp := &loop{done: make(chan struct{})}
+	go func() {
+		defer close(lp.done)
+		lp.err = el.e.Run(ctx, value, func(ctx context.Context, lead locker.Lock) error {
+			tm := &term{who: el.who, at: time.Now(), lead: lead, ended: make(chan struct{})}
+			select {
+			case terms <- tm:
+			case <-t.ctx.Done():
+			}
+			<-ctx.Done()
+			tm.cause = context.Cause(ctx)
+			close(tm.ended)
+			return tm.cause
+		}, opts...)
+	}()
+	return lp
+}
+
+// nextTerm waits up to d for the next leadership Run gives, and checks
+// that every earlier one's validity had ended by then: one leader at a
+// time.
+func (t *T) nextTerm(terms <-chan *term, d time.Duration, earlier []*term, why string) *term {
+	var tm *term
+	select {
+	case tm = <-terms:
+	case <-time.After(d):
+		t.Fatalf("%s: no client's Run led within %v", why, d)
+	case <-t.ctx.Done():
+		t.Fatalf("%s: the case's context ended", why)
+	}
+	for _, e := range earlier {
+		if until := e.lead.Until(); until.After(tm.at) {
+			t.Errorf("%s: %s's Run led while %s's leadership was valid for %v more: two leaders at once", why, tm.who, e.who, until.Sub(tm.at))
+		}
+	}
+	return tm
+}
+
+func caseElectionRun(t *T) {
+	a := t.CrashableClient()
+	b, c := t.Locker(), t.Locker()
+	name := t.Key("name")
+	ea := t.newElection("A", a.Locker, name, locker.WithTTL(t.TTL()))
+	eb := t.newElection("B", b, name)
+	terms := make(chan *term, 4)
+	actx, stopA := context.WithCancel(t.ctx)
+	runA := t.runLoop(actx, ea, t.value("A"), terms)
+	t.Cleanup(func() {
+		stopA()
+		<-runA.done
+	})
+	ta := t.nextTerm(terms, t.LongTTL()/2, nil, "A ran the leader loop on a free name")
+
+	// B follows who leads, where the backend can tell.
+	var (
+		mu   sync.Mutex
+		seen []locker.Leader
+	)
+	var opts []locker.RunOption
+	_, err := locker.Inspect(t.ctx, c, name)
+	observing := err == nil && t.Capabilities().MaxValueLen > 0
+	if observing {
+		opts = append(opts, locker.OnNewLeader(func(ldr locker.Leader) {
+			mu.Lock()
+			seen = append(seen, ldr)
+			mu.Unlock()
+		}))
+	}
+	bctx, stopB := context.WithCancel(t.ctx)
+	runB := t.runLoop(bctx, eb, t.value("B"), terms, opts...)
+	t.Cleanup(func() {
+		stopB()
+		<-runB.done
+	})
+	q := &queueing{t: t, l: c, key: name, blindWait: 50 * time.Millisecond}
+	q.until(1)
+	select {
+	case tb := <-terms:
+		t.Fatalf("%s's Run led while A's leadership lasted (its ctx %v)%s", tb.who, ta.cause, q.note())
+	default:
+	}
+
+	a.Crash()
+	crashed := time.Now()
+	bound := t.ExpiryBound(t.TTL())
+	tb := t.nextTerm(terms, bound, []*term{ta}, fmt.Sprintf("A, leading with a TTL of %v, was cut off", t.TTL()))
+	if tb.who != "B" {
+		t.Fatalf("A's Run led again after A was cut off (%v after the cut)", tb.at.Sub(crashed))
+	}
+	if !t.ClosedWithin(ta.ended, time.Until(crashed.Add(bound))) {
+		t.Fatalf("A was cut off while it led: its lead's ctx was not cancelled within %v (TTL %v)", bound, t.TTL())
+	}
+	if !errors.Is(ta.cause, locker.ErrNotHeld) {
+		t.Errorf("A was cut off while it led: its lead's ctx ended with %v; want a cause wrapping ErrNotHeld", ta.cause)
+	}
+	if observing {
+		t.wantReported(&mu, &seen, leader{"B", t.value("B"), tb.lead}, "B leads, and its OnNewLeader")
+	}
+
+	// B's ctx ends: its lead returns, Run resigns and returns.
+	stopB()
+	if !t.ClosedWithin(tb.ended, closeBound) {
+		t.Fatalf("B's ctx was cancelled while it led: its lead's ctx did not end within %v", closeBound)
+	}
+	if !t.ClosedWithin(runB.done, closeBound) {
+		t.Fatalf("B's ctx was cancelled while it led: its Run did not return within %v", closeBound)
+	}
+	t.WantErr(runB.err, context.Canceled, "B's Run, its ctx cancelled while it led")
+	if !isClosed(tb.lead.Lost()) {
+		t.Errorf("B's Run returned with its leadership's Lost() open: it did not resign")
+	}
+	lk, err := c.TryAcquire(t.ctx, name, t.electionTTL())
+	if err != nil {
+		t.Fatalf("B's Run returned after its ctx was cancelled: another client's TryAcquire of the name: %v; want it resigned%s", err, t.holderText(c, name))
+	}
+	t.Release(lk)
+}
+
+// wantReported waits, within observeBound, for OnNewLeader to have
+// reported w among the leaders it appended to seen.
+func (t *T) wantReported(mu *sync.Mutex, seen *[]locker.Leader, w leader, who string) {
+	deadline := time.Now().Add(t.observeBound())
+	for {
+		mu.Lock()
+		var texts []string
+		found := false
+		for _, ldr := range *seen {
+			texts = append(texts, leaderText(ldr))
+			if is, _ := t.is(ldr, w); is {
+				found = true
+			}
+		}
+		mu.Unlock()
+		if found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not report %s within %v (it reported, in order: %s)", who, w, t.observeBound(), strings.Join(texts, "; "))
+		}
+		t.ClosedWithin(nil, 10*time.Millisecond)
+	}
+}

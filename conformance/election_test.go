@@ -21,7 +21,7 @@ import (
 var electionCases = []string{
 	"values", "reentrancy", "election-one-leader", "election-terms",
 	"election-resign", "election-observe", "election-owner-waits",
-	"election-owner-resign", "election-crashed-leader",
+	"election-owner-resign", "election-run", "election-crashed-leader",
 }
 
 // quiet is the configuration of the cases' Lockers: a crashed client's
