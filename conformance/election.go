@@ -621,6 +621,7 @@ type term struct {
 
 // loop is a client's Election.Run on a goroutine of its own.
 type loop struct {
+	who  string
 	done chan struct{} // closed once Run returned
 	err  error         // Run's error, set before done closes
 }
@@ -630,7 +631,7 @@ type loop struct {
 // with its cause. The case's cleanup waits for Run to return: stop ctx
 // first.
 func (t *T) runLoop(ctx context.Context, el *election, value []byte, terms chan<- *term, opts ...locker.RunOption) *loop {
-	lp := &loop{done: make(chan struct{})}
+	lp := &loop{who: el.who, done: make(chan struct{})}
 	go func() {
 		defer close(lp.done)
 		lp.err = el.e.Run(ctx, value, func(ctx context.Context, lead locker.Lock) error {
@@ -651,12 +652,18 @@ func (t *T) runLoop(ctx context.Context, el *election, value []byte, terms chan<
 // nextTerm waits up to d for the next leadership Run gives, and checks
 // that every earlier one's validity had ended by then: one leader at a
 // time.
-func (t *T) nextTerm(terms <-chan *term, d time.Duration, earlier []*term, why string) *term {
+func (t *T) nextTerm(terms <-chan *term, d time.Duration, earlier []*term, why string, loops ...*loop) *term {
 	var tm *term
 	select {
 	case tm = <-terms:
 	case <-time.After(d):
-		t.Fatalf("%s: no client's Run led within %v", why, d)
+		var ended []string
+		for _, lp := range loops {
+			if isClosed(lp.done) {
+				ended = append(ended, fmt.Sprintf("%s's Run returned: %v", lp.who, lp.err))
+			}
+		}
+		t.Fatalf("%s: no client's Run led within %v%s", why, d, strings.Join(append([]string{""}, ended...), "; "))
 	case <-t.ctx.Done():
 		t.Fatalf("%s: the case's context ended", why)
 	}
@@ -681,7 +688,7 @@ func caseElectionRun(t *T) {
 		stopA()
 		<-runA.done
 	})
-	ta := t.nextTerm(terms, t.LongTTL()/2, nil, "A ran the leader loop on a free name")
+	ta := t.nextTerm(terms, t.LongTTL()/2, nil, "A ran the leader loop on a free name", runA)
 
 	// B follows who leads, where the backend can tell.
 	var (
@@ -715,7 +722,7 @@ func caseElectionRun(t *T) {
 	a.Crash()
 	crashed := time.Now()
 	bound := t.ExpiryBound(t.TTL())
-	tb := t.nextTerm(terms, bound, []*term{ta}, fmt.Sprintf("A, leading with a TTL of %v, was cut off", t.TTL()))
+	tb := t.nextTerm(terms, bound, []*term{ta}, fmt.Sprintf("A, leading with a TTL of %v, was cut off", t.TTL()), runA, runB)
 	if tb.who != "B" {
 		t.Fatalf("A's Run led again after A was cut off (%v after the cut)", tb.at.Sub(crashed))
 	}
