@@ -239,6 +239,7 @@ func (o *oracle) checkReport(key string, ldr locker.Leader) {
 		return
 	}
 }
+
 // reenter takes rq's key under an owner of its own and then, through the
 // same Locker, one or two more handles on the hold, by Acquire or
 // TryAcquire, which return at once however the key is contended. It
