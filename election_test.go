@@ -486,24 +486,9 @@ func TestOwnersExclude(t *testing.T) {
 // TestRunResignsOnPanic: a panic in Run's lead, recovered further up,
 // leaves the name free and reaches the recoverer unchanged, as Do's does.
 func TestRunResignsOnPanic(t *testing.T) {
-	ctx := context.Background()
-	l := memory.New(&memory.Options{Store: memory.NewStore()})
-	defer l.Close()
-	type boom struct{}
-	func() {
-		defer func() {
-			if r := recover(); r != (boom{}) {
-				t.Errorf("recovered %v, want lead's own panic value", r)
-			}
-		}()
-		locker.NewElection(l, "panics").Run(ctx, nil, func(context.Context, locker.Lock) error { panic(boom{}) })
-		t.Error("Run returned although lead panicked")
-	}()
-	lk, err := l.TryAcquire(ctx, "panics")
-	if err != nil {
-		t.Fatalf("after a panic in Run's lead the name is still held: %v", err)
-	}
-	lk.Release(ctx)
+	wantFreeAfterPanic(t, "Run", func(ctx context.Context, l locker.Locker, fn func(context.Context, locker.Lock) error) {
+		locker.NewElection(l, "panics").Run(ctx, nil, fn)
+	})
 }
 
 // TestRunReturns: Run campaigns again after lead returns nil, and

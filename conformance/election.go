@@ -544,7 +544,19 @@ func (t *T) wantNoLeadUnder(own context.Context, el *election, value []byte, lea
 	}
 }
 
-func caseElectionOwnerWaits(t *T) {
+// ownerLed is how the owner cases begin: E1 leads under campaignOwner
+// through l, and E2, an Election of l, campaigned under the same owner
+// in vain; c is another client.
+type ownerLed struct {
+	c      locker.Locker
+	name   string
+	e1, e2 *election
+	w1     leader
+}
+
+// ownerLed makes the owner cases' start, or fails the case and ends the
+// calling goroutine.
+func (t *T) ownerLed() ownerLed {
 	l, c := t.Locker(), t.Locker()
 	name := t.Key("name")
 	own := locker.WithOwner(t.ctx, campaignOwner)
@@ -556,45 +568,39 @@ func caseElectionOwnerWaits(t *T) {
 	t.Cleanup(func() { l1.Release(context.WithoutCancel(t.ctx)) })
 	w1 := leader{"E1", t.value("E1"), l1}
 	t.wantNoLeadUnder(own, e2, t.value("E2"), w1)
+	return ownerLed{c: c, name: name, e1: e1, e2: e2, w1: w1}
+}
 
-	p2 := t.campaignUnder(e2, t.value("E2"))
-	q := &queueing{t: t, l: c, key: name, blindWait: 50 * time.Millisecond}
+func caseElectionOwnerWaits(t *T) {
+	o := t.ownerLed()
+	p2 := t.campaignUnder(o.e2, t.value("E2"))
+	q := &queueing{t: t, l: o.c, key: o.name, blindWait: 50 * time.Millisecond}
 	q.until(1, p2)
 	if p2.returned() {
 		t.Fatalf("E2's Campaign under the owner of E1's leadership %s while E1 led%s", p2.outcome(), q.note())
 	}
-	t.resign(e1, l1)
+	t.resign(o.e1, o.w1.lead)
 	w2 := leader{"E2", t.value("E2"), t.await(p2, t.LongTTL()/2, "E1 resigned with E2 of its Locker and owner waiting")}
-	if f1, ok := l1.Fence(); ok {
+	if f1, ok := o.w1.lead.Fence(); ok {
 		if f2, _ := w2.lead.Fence(); f2 <= f1 {
 			t.Errorf("E2, leading after E1 resigned, got the term %d, not above E1's %d", f2, f1)
 		}
 	}
-	if _, err := locker.Inspect(t.ctx, c, name); err == nil {
-		t.wantLeader(&election{who: "C", e: locker.NewElection(c, name)}, w2, "E1 resigned, and E2 of its Locker and owner leads")
+	if _, err := locker.Inspect(t.ctx, o.c, o.name); err == nil {
+		t.wantLeader(&election{who: "C", e: locker.NewElection(o.c, o.name)}, w2, "E1 resigned, and E2 of its Locker and owner leads")
 	}
-	t.resign(e2, w2.lead)
+	t.resign(o.e2, w2.lead)
 }
 
 func caseElectionOwnerResign(t *T) {
-	l, c := t.Locker(), t.Locker()
-	name := t.Key("name")
-	own := locker.WithOwner(t.ctx, campaignOwner)
-	e1, e2 := t.newElection("E1", l, name), t.newElection("E2", l, name)
-	_, err := locker.Inspect(t.ctx, c, name)
+	o := t.ownerLed()
+	_, err := locker.Inspect(t.ctx, o.c, o.name)
 	inspectable := err == nil
-	ec := &election{who: "C", e: locker.NewElection(c, name)}
-	l1, err := e1.e.Campaign(own, t.value("E1"))
-	if err != nil {
-		t.Fatalf("E1's Campaign under the owner %q on a free name: %v", campaignOwner, err)
-	}
-	t.Cleanup(func() { l1.Release(context.WithoutCancel(t.ctx)) })
-	w1 := leader{"E1", t.value("E1"), l1}
-	t.wantNoLeadUnder(own, e2, t.value("E2"), w1)
+	ec := &election{who: "C", e: locker.NewElection(o.c, o.name)}
 	if inspectable {
-		t.wantLeader(ec, w1, "E2 of E1's Locker and owner campaigned with another value and did not win")
+		t.wantLeader(ec, o.w1, "E2 of E1's Locker and owner campaigned with another value and did not win")
 	}
-	t.resign(e1, l1)
+	t.resign(o.e1, o.w1.lead)
 	// Nobody campaigns now: the name is free, at once.
 	if inspectable {
 		ldr, err := ec.e.Leader(t.ctx)
@@ -602,9 +608,9 @@ func caseElectionOwnerResign(t *T) {
 			t.Errorf("E1 resigned under its owner, and nobody else leads: Leader reports %s, %v; want ErrNoLeader", leaderText(ldr), err)
 		}
 	}
-	lk, err := c.TryAcquire(t.ctx, name, t.electionTTL())
+	lk, err := o.c.TryAcquire(t.ctx, o.name, t.electionTTL())
 	if err != nil {
-		t.Fatalf("E1 resigned under its owner, and nobody else leads: another client's TryAcquire of the name: %v; want it free%s", err, t.holderText(c, name))
+		t.Fatalf("E1 resigned under its owner, and nobody else leads: another client's TryAcquire of the name: %v; want it free%s", err, t.holderText(o.c, o.name))
 	}
 	t.Release(lk)
 }
