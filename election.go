@@ -34,7 +34,8 @@ type Leader struct {
 	Term   uint64
 	Termed bool
 	// Token is the leader's Lock.Token where the backend stores tokens
-	// (memory, redis, redlock); "" elsewhere.
+	// (memory, Redis, Redlock, PostgreSQL); "" elsewhere (ZooKeeper,
+	// etcd).
 	Token string
 }
 
@@ -78,10 +79,16 @@ func (e *Election) Name() string { return e.name }
 // SetValue is Proclaim and Release is Resign. A leader that finds itself
 // deposed stops acting: after Lost closes, another may lead.
 //
+// Leadership is never reentrant: a Campaign waits for the leadership of
+// any other campaigner, whatever owner ctx carries (WithOwner), another
+// Election of the same Locker and owner included; the owner does not
+// carry over to the leadership.
+//
 // Where the backend's grant may tell observers nothing (a plain SET on
-// Redis and Redlock), Campaign mints the term if the backend mints fences
-// on demand, and sets the value once more before it returns, so that
-// Observe hears of the new leader, with its term: one more round trip.
+// Redis and Redlock, a row on PostgreSQL), Campaign mints the term if the
+// backend mints fences on demand, and sets the value once more before it
+// returns, so that Observe hears of the new leader, with its term: one
+// more round trip.
 func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
 	if ctx == nil {
 		return nil, opErr(opCampaign, e.name, errNilContext)
@@ -116,7 +123,11 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
 	}()
 
 	opts := append(append([]Option(nil), e.opts...), WithValue(value))
-	lk, err := e.l.Acquire(ctx, e.name, opts...)
+	// Without the owner ctx may carry (an empty owner is none):
+	// leadership is never reentrant. Under an owner, a second Election
+	// of the owner's would get a handle on the first's hold, and two
+	// Elections would lead at once with one term.
+	lk, err := e.l.Acquire(WithOwner(ctx, ""), e.name, opts...)
 	if err != nil {
 		return nil, opErr(opCampaign, e.name, err)
 	}
@@ -133,7 +144,7 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (Lock, error) {
 // announce makes sure observers are told of a new leader, with its term.
 // A grant that came with its fence (memory, ZooKeeper, etcd, and Redis
 // when its script mints one) was announced by the backend. Otherwise the
-// grant may have been a plain SET that tells no one (Redis, Redlock):
+// grant may have been one that tells no one (Redis, Redlock, PostgreSQL):
 // announce mints the term where the backend mints fences on demand, then
 // sets the value once more, which notifies observers.
 func (e *Election) announce(ctx context.Context, lk Lock, value []byte) error {
@@ -268,12 +279,13 @@ const (
 //
 // Each change is read from the servers after the backend tells of it: on
 // ZooKeeper and etcd from watches, on Redis and Redlock from the notices
-// their scripts publish, on memory from the store. A leader whose lock
-// expires on Redis (a crash) is seen when its TTL, as last read, runs out,
-// as Redis tells of no expiry; a backend that tells of nothing is read
-// once a second. Changes closer together than a round trip may be seen as
-// one, the last; terms never go back. A slow reader delays the reading of
-// later changes, not their order.
+// their scripts publish, on PostgreSQL from the notices (NOTIFY) its
+// releases and new values send, on memory from the store. A leader whose
+// lock expires on Redis, Redlock or PostgreSQL (a crash) is seen when its
+// TTL, as last read, runs out, as they tell of no expiry; a backend that
+// tells of nothing is read once a second. Changes closer together than a
+// round trip may be seen as one, the last; terms never go back. A slow
+// reader delays the reading of later changes, not their order.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	go e.observe(ctx, ch)
@@ -363,4 +375,118 @@ func (o *observation) look(ctx context.Context) (time.Duration, bool) {
 		return h.TTL + minPoll, true
 	}
 	return 0, true
+}
+
+// opRun is Run's operation, as OpError.Op names it.
+const opRun = "run"
+
+// RunOption changes how Election.Run runs.
+type RunOption func(*runOptions)
+
+type runOptions struct {
+	onNewLeader func(Leader)
+}
+
+// OnNewLeader makes Run call f with each leader Observe reports while Run
+// runs, this Election's own leadership included: the leader when Run
+// starts, every new leader and every new value of one. f is called on a
+// goroutine of its own, one call at a time, and Run returns once the call
+// in progress has.
+func OnNewLeader(f func(Leader)) RunOption {
+	return func(o *runOptions) { o.onNewLeader = f }
+}
+
+// Run leads whenever it can, until ctx ends or lead fails: it campaigns
+// with value, calls lead with the leadership, resigns when lead returns,
+// and campaigns again, as client-go's leaderelection.RunOrDie runs its
+// OnStartedLeading with ReleaseOnCancel.
+//
+// lead's ctx is cancelled when the leadership is lost (context.Cause then
+// wraps ErrNotHeld) or ctx ends: a leader stops acting once it is
+// cancelled, as another may lead then. The leadership is resigned on
+// every path out of lead: if lead panics (or calls runtime.Goexit), Run
+// resigns and lets the panic go on, as Do releases its lock.
+//
+// What lead returns decides what follows: nil, or anything once its
+// leadership was lost (a deposed leader's work fails for being deposed),
+// and Run campaigns again; an error while it still leads, and Run returns
+// that error, joined with Resign's. Run also returns when ctx ends, with
+// ctx's error (lead's, if it returned one), and when Campaign fails (the
+// Locker closed, the servers unreachable), with Campaign's error.
+func (e *Election) Run(ctx context.Context, value []byte, lead func(ctx context.Context, l Lock) error, opts ...RunOption) error {
+	switch {
+	case ctx == nil:
+		return opErr(opRun, e.name, errNilContext)
+	case lead == nil:
+		return opErr(opRun, e.name, errors.New("nil lead"))
+	}
+	var o runOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	if o.onNewLeader != nil {
+		octx, stop := context.WithCancel(ctx)
+		observed := make(chan struct{})
+		go func() {
+			defer close(observed)
+			for ldr := range e.Observe(octx) {
+				o.onNewLeader(ldr)
+			}
+		}()
+		defer func() {
+			stop()
+			<-observed
+		}()
+	}
+	for {
+		lk, err := e.Campaign(ctx, value)
+		if err != nil {
+			return err
+		}
+		again, err := e.term(ctx, lk, lead)
+		if !again {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return opErr(opRun, e.name, err)
+		}
+	}
+}
+
+// term calls lead with lk, this Election's leadership, under a context
+// cancelled when lk is lost, and resigns when lead returns or panics. It
+// reports whether Run campaigns again, and otherwise the error Run
+// returns.
+func (e *Election) term(ctx context.Context, lk Lock, lead func(context.Context, Lock) error) (again bool, err error) {
+	lctx, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-lk.Lost():
+			cancel(opErr(opRun, e.name, fmt.Errorf("%w: the leadership was lost while lead was running", ErrNotHeld)))
+		case <-lctx.Done():
+		}
+	}()
+	var leadErr error
+	// On every path out of lead, a panic included: the leadership ends
+	// here, not when its TTL runs out.
+	defer func() {
+		cancel(nil)
+		<-watched
+		lost := errors.Is(context.Cause(lctx), ErrNotHeld)
+		resignErr := e.Resign(context.WithoutCancel(ctx))
+		switch {
+		case leadErr != nil && !lost:
+			again, err = false, errors.Join(leadErr, resignErr)
+		case ctx.Err() != nil:
+			again, err = false, opErr(opRun, e.name, ctx.Err())
+		default:
+			again = true
+		}
+	}()
+	leadErr = lead(lctx, lk)
+	return
 }

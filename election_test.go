@@ -482,3 +482,51 @@ func TestOwnersExclude(t *testing.T) {
 	}
 	lk.Release(ctx)
 }
+
+// TestRunResignsOnPanic: a panic in Run's lead, recovered further up,
+// leaves the name free and reaches the recoverer unchanged, as Do's does.
+func TestRunResignsOnPanic(t *testing.T) {
+	wantFreeAfterPanic(t, "Run", func(ctx context.Context, l locker.Locker, fn func(context.Context, locker.Lock) error) {
+		locker.NewElection(l, "panics").Run(ctx, nil, fn)
+	})
+}
+
+// TestRunReturns: Run campaigns again after lead returns nil, and
+// returns the error lead returns while it leads, having resigned; bad
+// input is an error naming it.
+func TestRunReturns(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+	e := locker.NewElection(l, "runs")
+	done := errors.New("done")
+	var terms []uint64
+	err := e.Run(ctx, []byte("v"), func(ctx context.Context, lead locker.Lock) error {
+		term, _ := lead.Fence()
+		terms = append(terms, term)
+		if len(terms) < 3 {
+			return nil
+		}
+		return done
+	})
+	if !errors.Is(err, done) {
+		t.Fatalf("Run = %v, want lead's error", err)
+	}
+	if len(terms) != 3 || terms[0] >= terms[1] || terms[1] >= terms[2] {
+		t.Errorf("Run led in the terms %v, want 3 increasing", terms)
+	}
+	if e.Leading() != nil {
+		t.Error("the Election leads after Run returned")
+	}
+	if _, err := e.Leader(ctx); !errors.Is(err, locker.ErrNoLeader) {
+		t.Errorf("Leader after Run returned: %v, want ErrNoLeader", err)
+	}
+	if err := e.Run(ctx, nil, nil); err == nil || !strings.Contains(err.Error(), "nil lead") {
+		t.Errorf("Run with a nil lead: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := e.Run(cctx, nil, func(context.Context, locker.Lock) error { return nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run under a cancelled context: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/memory"
@@ -79,34 +80,18 @@ func ExampleWithOwner() {
 	// free after the last: <nil>
 }
 
-// lead does the scheduler's work whenever this instance leads: it
-// campaigns, works with its term until the term ends, and campaigns again.
-// work's ctx is cancelled when the leadership is lost; every write it makes
-// carries the term, so a resource that checks terms refuses a deposed
-// leader.
+// lead does the scheduler's work whenever this instance leads, until ctx
+// ends or work fails while it leads. work's ctx is cancelled when the
+// leadership is lost; every write it makes carries the term, so a
+// resource that checks terms refuses a deposed leader.
 func lead(ctx context.Context, l locker.Locker, host string, work func(ctx context.Context, term uint64) error) error {
 	e := locker.NewElection(l, "reports/scheduler")
-	for {
-		lk, err := e.Campaign(ctx, []byte(host))
-		if err != nil {
-			return err // ctx ended, or the Locker was closed
-		}
+	return e.Run(ctx, []byte(host), func(ctx context.Context, lk locker.Lock) error {
 		term, _ := lk.Fence()
-		wctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-lk.Lost():
-				cancel() // deposed: stop working at once
-			case <-wctx.Done():
-			}
-		}()
-		err = work(wctx, term)
-		cancel()
-		e.Resign(context.WithoutCancel(ctx))
-		if err != nil {
-			return err
-		}
-	}
+		return work(ctx, term) // nil: resign and campaign again; an error: resign and stop
+	}, locker.OnNewLeader(func(ldr locker.Leader) {
+		slog.Info("new leader", "value", string(ldr.Value), "term", ldr.Term)
+	}))
 }
 
 // An instance leads, works with its term, and hands over when its work

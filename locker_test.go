@@ -370,6 +370,16 @@ func TestExpirer(t *testing.T) {
 // recovers a handler's), leaves no lock behind and no goroutine running
 // (TestMain checks for leaks), and reaches the recoverer unchanged.
 func TestDoReleasesOnPanic(t *testing.T) {
+	wantFreeAfterPanic(t, "Do", func(ctx context.Context, l locker.Locker, fn func(context.Context, locker.Lock) error) {
+		locker.Do(ctx, l, "panics", fn)
+	})
+}
+
+// wantFreeAfterPanic checks that call, which holds the key "panics" of l
+// while it calls fn, lets the panic of fn reach the recoverer unchanged
+// and leaves the key free.
+func wantFreeAfterPanic(t *testing.T, what string, call func(ctx context.Context, l locker.Locker, fn func(context.Context, locker.Lock) error)) {
+	t.Helper()
 	ctx := context.Background()
 	l := memory.New(&memory.Options{Store: memory.NewStore()})
 	defer l.Close()
@@ -380,12 +390,12 @@ func TestDoReleasesOnPanic(t *testing.T) {
 				t.Errorf("recovered %v, want fn's own panic value", r)
 			}
 		}()
-		locker.Do(ctx, l, "panics", func(context.Context, locker.Lock) error { panic(boom{}) })
-		t.Error("Do returned although fn panicked")
+		call(ctx, l, func(context.Context, locker.Lock) error { panic(boom{}) })
+		t.Errorf("%s returned although fn panicked", what)
 	}()
 	lk, err := l.TryAcquire(ctx, "panics")
 	if err != nil {
-		t.Fatalf("after a panic in Do's fn the key is still held: %v", err)
+		t.Fatalf("after a panic in %s's fn the key is still held: %v", what, err)
 	}
 	lk.Release(ctx)
 }

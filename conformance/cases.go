@@ -54,6 +54,9 @@ var cases = []Case{
 	{"election-terms", "Where Capabilities.Fencing is true, each new leader's term (its Lock's Fence) exceeds every earlier leader's, and while it leads Leader reports that term with its value and token, also after Proclaim", caseElectionTerms},
 	{"election-resign", "Resign hands the leadership over at once to a campaigner waiting for it, not once the TTL runs out; the resigned leader's Lost closes, its Proclaim fails with ErrNotHeld, and Leader reports the new leader", caseElectionResign},
 	{"election-observe", "Observe reports every change of leader and of value in order, from the backend's notices rather than a timer, when each change waits for the report of the one before; of a run of fast changes it reports some in order, terms never going back, ending with the last", caseElectionObserve},
+	{"election-owner-waits", "Leadership is never reentrant: under an owner (WithOwner), a second Election of the leader's Locker and owner does not lead while the first leads, and leads once the first resigns, with its own value and a later term", caseElectionOwnerWaits},
+	{"election-owner-resign", "A leader's Resign under an owner ends its leadership: after a second Election of its Locker and owner campaigned in vain, the leader's value stayed its own, and once it resigns the name is free", caseElectionOwnerResign},
+	{"election-run", "Election.Run leads one client at a time: a leader cut off is replaced by another client's Run within TTL + ExpirySlack, its lead's context cancelled with ErrNotHeld, and a Run whose context ends resigns and returns", caseElectionRun},
 	{"election-crashed-leader", "A leader cut off without resigning is replaced by a waiting campaigner within TTL + ExpirySlack, its own Lost closes, and an observer reports the new leader", caseElectionCrashedLeader},
 }
 

@@ -10,8 +10,9 @@
 // and values stored with holds (Capabilities.MaxValueLen), reentrant
 // owners (locker.WithOwner), and elections: one leader at a time, terms
 // in order where the backend fences, resignation handing over at once,
-// observers seeing every change in order, and a crashed leader replaced
-// within its TTL. A case that needs what the backend does not claim
+// observers seeing every change in order, a crashed leader replaced
+// within its TTL, leadership never reentrant under an owner, and the
+// leader loop (Election.Run) handing over when its leader is cut off. A case that needs what the backend does not claim
 // (fencing, values, an inspector for Leader and Observe) is skipped,
 // naming it.
 //

@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -510,4 +511,277 @@ func caseElectionCrashedLeader(t *T) {
 		}
 	}
 	t.resign(eb, lb)
+}
+
+// campaignOwner is the owner the owner cases campaign under, as a request
+// handler's context may carry one (locker.WithOwner).
+const campaignOwner = "request-42"
+
+// campaignUnder makes who campaign with value under campaignOwner, on a
+// goroutine of its own, as campaign does.
+func (t *T) campaignUnder(el *election, value []byte) *pending {
+	return t.startCall(el.who, "Campaign", func(ctx context.Context) (locker.Lock, error) {
+		return el.e.Campaign(locker.WithOwner(ctx, campaignOwner), value)
+	})
+}
+
+// wantNoLeadUnder checks that who's Campaign under own, while another
+// Election of its Locker and owner leads, returns no leadership before
+// its context ends a while later.
+func (t *T) wantNoLeadUnder(own context.Context, el *election, value []byte, leading leader) {
+	ctx, cancel := context.WithTimeout(own, reentryBound)
+	defer cancel()
+	lk, err := el.e.Campaign(ctx, value)
+	if err == nil {
+		defer lk.Release(t.ctx)
+		f, _ := lk.Fence()
+		t.Fatalf("%s's Campaign under the owner %q returned a leadership (token %q, term %d) while %s led under the same owner through the same Locker: two leaders; want it to wait until its context ends",
+			el.who, campaignOwner, lk.Token(), f, leading)
+	}
+	t.WantErr(err, context.DeadlineExceeded, fmt.Sprintf("%s's Campaign under the owner of %s's leadership, with a context ending after %v", el.who, leading.who, reentryBound))
+	if el.e.Leading() != nil {
+		t.Errorf("%s's Election reports leading after its Campaign failed", el.who)
+	}
+}
+
+// ownerLed is how the owner cases begin: E1 leads under campaignOwner
+// through l, and E2, an Election of l, campaigned under the same owner
+// in vain; c is another client.
+type ownerLed struct {
+	c      locker.Locker
+	name   string
+	e1, e2 *election
+	w1     leader
+}
+
+// ownerLed makes the owner cases' start, or fails the case and ends the
+// calling goroutine.
+func (t *T) ownerLed() ownerLed {
+	l, c := t.Locker(), t.Locker()
+	name := t.Key("name")
+	own := locker.WithOwner(t.ctx, campaignOwner)
+	e1, e2 := t.newElection("E1", l, name), t.newElection("E2", l, name)
+	l1, err := e1.e.Campaign(own, t.value("E1"))
+	if err != nil {
+		t.Fatalf("E1's Campaign under the owner %q on a free name: %v", campaignOwner, err)
+	}
+	t.Cleanup(func() { l1.Release(context.WithoutCancel(t.ctx)) })
+	w1 := leader{"E1", t.value("E1"), l1}
+	t.wantNoLeadUnder(own, e2, t.value("E2"), w1)
+	return ownerLed{c: c, name: name, e1: e1, e2: e2, w1: w1}
+}
+
+func caseElectionOwnerWaits(t *T) {
+	o := t.ownerLed()
+	p2 := t.campaignUnder(o.e2, t.value("E2"))
+	q := &queueing{t: t, l: o.c, key: o.name, blindWait: 50 * time.Millisecond}
+	q.until(1, p2)
+	if p2.returned() {
+		t.Fatalf("E2's Campaign under the owner of E1's leadership %s while E1 led%s", p2.outcome(), q.note())
+	}
+	t.resign(o.e1, o.w1.lead)
+	w2 := leader{"E2", t.value("E2"), t.await(p2, t.LongTTL()/2, "E1 resigned with E2 of its Locker and owner waiting")}
+	if f1, ok := o.w1.lead.Fence(); ok {
+		if f2, _ := w2.lead.Fence(); f2 <= f1 {
+			t.Errorf("E2, leading after E1 resigned, got the term %d, not above E1's %d", f2, f1)
+		}
+	}
+	if _, err := locker.Inspect(t.ctx, o.c, o.name); err == nil {
+		t.wantLeader(&election{who: "C", e: locker.NewElection(o.c, o.name)}, w2, "E1 resigned, and E2 of its Locker and owner leads")
+	}
+	t.resign(o.e2, w2.lead)
+}
+
+func caseElectionOwnerResign(t *T) {
+	o := t.ownerLed()
+	_, err := locker.Inspect(t.ctx, o.c, o.name)
+	inspectable := err == nil
+	ec := &election{who: "C", e: locker.NewElection(o.c, o.name)}
+	if inspectable {
+		t.wantLeader(ec, o.w1, "E2 of E1's Locker and owner campaigned with another value and did not win")
+	}
+	t.resign(o.e1, o.w1.lead)
+	// Nobody campaigns now: the name is free, at once.
+	if inspectable {
+		ldr, err := ec.e.Leader(t.ctx)
+		if !errors.Is(err, locker.ErrNoLeader) {
+			t.Errorf("E1 resigned under its owner, and nobody else leads: Leader reports %s, %v; want ErrNoLeader", leaderText(ldr), err)
+		}
+	}
+	lk, err := o.c.TryAcquire(t.ctx, o.name, t.electionTTL())
+	if err != nil {
+		t.Fatalf("E1 resigned under its owner, and nobody else leads: another client's TryAcquire of the name: %v; want it free%s", err, t.holderText(o.c, o.name))
+	}
+	t.Release(lk)
+}
+
+// term is one leadership that Election.Run gave a client's lead: when
+// lead was called, with what, and why its ctx ended.
+type term struct {
+	who   string
+	at    time.Time
+	lead  locker.Lock
+	ended chan struct{} // closed once lead's ctx ended
+	cause error         // context.Cause of lead's ctx, set before ended closes
+}
+
+// loop is a client's Election.Run on a goroutine of its own.
+type loop struct {
+	who  string
+	done chan struct{} // closed once Run returned
+	err  error         // Run's error, set before done closes
+}
+
+// runLoop runs who's Election.Run with value under ctx, sending each
+// leadership to terms as lead is called; lead returns once its ctx ends,
+// with its cause. The case's cleanup waits for Run to return: stop ctx
+// first.
+func (t *T) runLoop(ctx context.Context, el *election, value []byte, terms chan<- *term, opts ...locker.RunOption) *loop {
+	lp := &loop{who: el.who, done: make(chan struct{})}
+	go func() {
+		defer close(lp.done)
+		lp.err = el.e.Run(ctx, value, func(ctx context.Context, lead locker.Lock) error {
+			tm := &term{who: el.who, at: time.Now(), lead: lead, ended: make(chan struct{})}
+			select {
+			case terms <- tm:
+			case <-t.ctx.Done():
+			}
+			<-ctx.Done()
+			tm.cause = context.Cause(ctx)
+			close(tm.ended)
+			return tm.cause
+		}, opts...)
+	}()
+	return lp
+}
+
+// nextTerm waits up to d for the next leadership Run gives, and checks
+// that every earlier one's validity had ended by then: one leader at a
+// time.
+func (t *T) nextTerm(terms <-chan *term, d time.Duration, earlier []*term, why string, loops ...*loop) *term {
+	var tm *term
+	select {
+	case tm = <-terms:
+	case <-time.After(d):
+		var ended []string
+		for _, lp := range loops {
+			if isClosed(lp.done) {
+				ended = append(ended, fmt.Sprintf("%s's Run returned: %v", lp.who, lp.err))
+			}
+		}
+		t.Fatalf("%s: no client's Run led within %v%s", why, d, strings.Join(append([]string{""}, ended...), "; "))
+	case <-t.ctx.Done():
+		t.Fatalf("%s: the case's context ended", why)
+	}
+	for _, e := range earlier {
+		if until := e.lead.Until(); until.After(tm.at) {
+			t.Errorf("%s: %s's Run led while %s's leadership was valid for %v more: two leaders at once", why, tm.who, e.who, until.Sub(tm.at))
+		}
+	}
+	return tm
+}
+
+func caseElectionRun(t *T) {
+	a := t.CrashableClient()
+	b, c := t.Locker(), t.Locker()
+	name := t.Key("name")
+	ea := t.newElection("A", a.Locker, name, locker.WithTTL(t.TTL()))
+	eb := t.newElection("B", b, name)
+	terms := make(chan *term, 4)
+	actx, stopA := context.WithCancel(t.ctx)
+	runA := t.runLoop(actx, ea, t.value("A"), terms)
+	t.Cleanup(func() {
+		stopA()
+		<-runA.done
+	})
+	ta := t.nextTerm(terms, t.LongTTL()/2, nil, "A ran the leader loop on a free name", runA)
+
+	// B follows who leads, where the backend can tell.
+	var (
+		mu   sync.Mutex
+		seen []locker.Leader
+	)
+	var opts []locker.RunOption
+	_, err := locker.Inspect(t.ctx, c, name)
+	observing := err == nil && t.Capabilities().MaxValueLen > 0
+	if observing {
+		opts = append(opts, locker.OnNewLeader(func(ldr locker.Leader) {
+			mu.Lock()
+			seen = append(seen, ldr)
+			mu.Unlock()
+		}))
+	}
+	bctx, stopB := context.WithCancel(t.ctx)
+	runB := t.runLoop(bctx, eb, t.value("B"), terms, opts...)
+	t.Cleanup(func() {
+		stopB()
+		<-runB.done
+	})
+	q := &queueing{t: t, l: c, key: name, blindWait: 50 * time.Millisecond}
+	q.until(1)
+	select {
+	case tb := <-terms:
+		t.Fatalf("%s's Run led while A's leadership lasted (its ctx %v)%s", tb.who, ta.cause, q.note())
+	default:
+	}
+
+	a.Crash()
+	crashed := time.Now()
+	bound := t.ExpiryBound(t.TTL())
+	tb := t.nextTerm(terms, bound, []*term{ta}, fmt.Sprintf("A, leading with a TTL of %v, was cut off", t.TTL()), runA, runB)
+	if tb.who != "B" {
+		t.Fatalf("A's Run led again after A was cut off (%v after the cut)", tb.at.Sub(crashed))
+	}
+	if !t.ClosedWithin(ta.ended, time.Until(crashed.Add(bound))) {
+		t.Fatalf("A was cut off while it led: its lead's ctx was not cancelled within %v (TTL %v)", bound, t.TTL())
+	}
+	if !errors.Is(ta.cause, locker.ErrNotHeld) {
+		t.Errorf("A was cut off while it led: its lead's ctx ended with %v; want a cause wrapping ErrNotHeld", ta.cause)
+	}
+	if observing {
+		t.wantReported(&mu, &seen, leader{"B", t.value("B"), tb.lead}, "B leads, and its OnNewLeader")
+	}
+
+	// B's ctx ends: its lead returns, Run resigns and returns.
+	stopB()
+	if !t.ClosedWithin(tb.ended, closeBound) {
+		t.Fatalf("B's ctx was cancelled while it led: its lead's ctx did not end within %v", closeBound)
+	}
+	if !t.ClosedWithin(runB.done, closeBound) {
+		t.Fatalf("B's ctx was cancelled while it led: its Run did not return within %v", closeBound)
+	}
+	t.WantErr(runB.err, context.Canceled, "B's Run, its ctx cancelled while it led")
+	if !isClosed(tb.lead.Lost()) {
+		t.Errorf("B's Run returned with its leadership's Lost() open: it did not resign")
+	}
+	lk, err := c.TryAcquire(t.ctx, name, t.electionTTL())
+	if err != nil {
+		t.Fatalf("B's Run returned after its ctx was cancelled: another client's TryAcquire of the name: %v; want it resigned%s", err, t.holderText(c, name))
+	}
+	t.Release(lk)
+}
+
+// wantReported waits, within observeBound, for OnNewLeader to have
+// reported w among the leaders it appended to seen.
+func (t *T) wantReported(mu *sync.Mutex, seen *[]locker.Leader, w leader, who string) {
+	deadline := time.Now().Add(t.observeBound())
+	for {
+		mu.Lock()
+		var texts []string
+		found := false
+		for _, ldr := range *seen {
+			texts = append(texts, leaderText(ldr))
+			if is, _ := t.is(ldr, w); is {
+				found = true
+			}
+		}
+		mu.Unlock()
+		if found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not report %s within %v (it reported, in order: %s)", who, w, t.observeBound(), strings.Join(texts, "; "))
+		}
+		t.ClosedWithin(nil, 10*time.Millisecond)
+	}
 }

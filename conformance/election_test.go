@@ -20,7 +20,8 @@ import (
 // elections.
 var electionCases = []string{
 	"values", "reentrancy", "election-one-leader", "election-terms",
-	"election-resign", "election-observe", "election-crashed-leader",
+	"election-resign", "election-observe", "election-owner-waits",
+	"election-owner-resign", "election-run", "election-crashed-leader",
 }
 
 // quiet is the configuration of the cases' Lockers: a crashed client's

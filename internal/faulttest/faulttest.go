@@ -17,7 +17,9 @@
 //   - panics inside locker.Do (recovered by the run), and uses Do
 //     normally too;
 //   - campaigns in elections (locker.NewElection: Campaign, Proclaim,
-//     Resign) on the keys that admit an exclusive hold;
+//     Resign, Leader) on the keys that admit an exclusive hold, some
+//     under an owner (locker.WithOwner), one the workers of a client
+//     share, which must not make leadership reentrant;
 //   - takes keys under reentrant owners (locker.WithOwner): an owner's
 //     first Acquire, then one or two more handles on its hold through
 //     the same Locker, released in a random order.
@@ -58,6 +60,10 @@
 //     mint fences on demand, and the other half checks that path); a
 //     belief whose Fence came back without one is left out of this check,
 //     as its holder would write nothing fenced;
+//   - a leader's term, as Election.Leader reads it while it leads and as
+//     an observer of the key (Election.Observe, through the checker)
+//     reports it, is its Lock.Fence, and the observer's terms never go
+//     back;
 //   - no request is refused with ErrKindMismatch: every client of a key
 //     agrees on its kind and limit;
 //   - once the faults stop and every client has let go of what it knew it
@@ -306,6 +312,7 @@ func (r *run) contend(ctx context.Context) {
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	workCtx, stopWork := context.WithCancel(ctx)
 	var faults, work sync.WaitGroup
+	observers := r.observeLeaders(workCtx)
 	for _, s := range r.slots {
 		faults.Go(func() { s.faults(faultCtx) })
 		for j := range r.cfg.Workers {
@@ -323,6 +330,7 @@ func (r *run) contend(ctx context.Context) {
 	faults.Wait()
 	stopWork()
 	work.Wait()
+	observers.Wait()
 	r.bg.Wait()
 }
 
@@ -1078,8 +1086,8 @@ type belief struct {
 	how   string
 	claim backend.Claim // what the client asked for
 	lock  locker.Lock
-	// election is the Election whose leadership lock is (how "campaign").
-	election *locker.Election
+	// election is the leadership lock is (how "campaign").
+	election *leadership
 	// owner is the owner (locker.WithOwner) whose handle lock is; its
 	// handles on one hold are one belief (handles counts them) once the
 	// oracle has merged them.
@@ -1109,9 +1117,10 @@ func (b *belief) note(r *run, format string, args ...any) {
 
 // oracle records beliefs and checks them once the run is over.
 type oracle struct {
-	r       *run
-	mu      sync.Mutex
-	beliefs []*belief
+	r        *run
+	mu       sync.Mutex
+	beliefs  []*belief
+	observed []*observed // the observers' reports, by key
 }
 
 // add records the belief of p, which asked for claim of key at began
@@ -1209,6 +1218,7 @@ func (o *oracle) check() {
 			active = append(active, b)
 		}
 	}
+	o.checkObserved()
 }
 
 // heldBy names an owner's hold: its handles are one holder.
