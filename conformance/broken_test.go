@@ -54,6 +54,11 @@ const (
 	// when the holder's lock expires: a waiter behind a crashed holder
 	// waits forever, although a new Acquire would get the key at once.
 	waiterMissesExpiry
+	// blindMint mints a lock's fence on demand (backend.FenceMinter),
+	// not with its grant, and mints it whoever holds the key now, as a
+	// mint script that does not compare the token: a holder whose lock
+	// was taken over gets a fence above its successor's.
+	blindMint
 )
 
 // waiting reports whether the backend with flaw f waits natively.
@@ -166,6 +171,9 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 		e.expires = time.Now().Add(req.TTL)
 		s.mu.Unlock()
 	}
+	if s.flaw == blindMint {
+		return backend.Acquisition{Held: &held{d: d, key: req.Key, token: req.Token}}, nil
+	}
 	return backend.Acquisition{Held: &held{d: d, key: req.Key, token: req.Token}, Fence: e.fence, Fenced: true}, nil
 }
 
@@ -190,6 +198,16 @@ func (h *held) owned() (*entry, error) {
 		return nil, backend.ErrNotHeld
 	}
 	return e, nil
+}
+
+// MintFence mints the fence of a lock granted without one (blindMint),
+// without checking that the lock is still ours.
+func (h *held) MintFence(ctx context.Context) (uint64, error) {
+	s := h.d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fence++
+	return s.fence, nil
 }
 
 func (h *held) Refresh(ctx context.Context, ttl time.Duration) error {
@@ -295,14 +313,38 @@ func (d waitingDriver) Acquire(ctx context.Context, req backend.Request) (backen
 	}
 }
 
+// forcingDriver can release a key by force (backend.Inspector), so that
+// a holder's lock is taken over while it still believes it holds it.
+type forcingDriver struct{ *driver }
+
+func (d forcingDriver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	if e := d.s.liveLocked(key); e != nil {
+		return backend.Holder{Held: true, Token: e.token}, nil
+	}
+	return backend.Holder{}, nil
+}
+
+func (d forcingDriver) ForceRelease(ctx context.Context, key string) (bool, error) {
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	e := d.s.liveLocked(key)
+	delete(d.s.keys, key)
+	return e != nil, nil
+}
+
 func harness(f flaw) conformance.Harness {
 	s := &store{flaw: f, keys: map[string]*entry{}, waiters: map[string][]*waiter{}}
 	return conformance.Harness{
 		NewClient: func(context.Context) (conformance.Client, error) {
 			d := &driver{s: s}
 			var bd backend.Driver = d
-			if f.waiting() {
+			switch {
+			case f.waiting():
 				bd = waitingDriver{d}
+			case f == blindMint:
+				bd = forcingDriver{d}
 			}
 			return conformance.Client{Locker: locker.New(bd, nil), Crash: func() { d.cut.Store(true) }}, nil
 		},
@@ -338,6 +380,7 @@ func TestBrokenBackendsFail(t *testing.T) {
 		{"TryAcquire ignores the holder", tryIgnoresHolder, []string{"try-acquire-contended", "mutual-exclusion-stress"}},
 		{"claims FIFO but hands off last in, first out", lifoWaiters, []string{"fifo-order"}},
 		{"waiters are not woken by expiry", waiterMissesExpiry, []string{"crashed-holder-handoff"}},
+		{"mints a fence on demand for a lock taken over", blindMint, []string{"stale-fence"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -37,6 +37,7 @@ var cases = []Case{
 	{"close-ends-acquire", "Close ends an Acquire waiting on a held key promptly with ErrClosed, and the waiter leaves nothing that blocks the next acquirer", caseCloseEndsAcquire},
 	{"invalid-input", "Empty and over-long keys fail with ErrInvalidKey; zero, negative and out-of-range TTLs fail with ErrInvalidTTL", caseInvalidInput},
 	{"fencing", "Fence is strictly increasing across successive holders of a key where Capabilities.Fencing is true, and reports ok=false where it is not", caseFencing},
+	{"stale-fence", "Where Capabilities.Fencing is true, a holder whose lock expired or was released by force, and that asks for its fence only after its successor got one, gets none (ok=false) or one below the successor's, never one above: a fence minted on demand is minted only while the lock is the holder's", caseStaleFence},
 	{"lost-on-expiry", "With auto-refresh off, Lost stays open while the lock is valid and closes once its TTL runs out", caseLostOnExpiry},
 	{"do-cancels-on-loss", "Do runs fn under the lock, cancels fn's context when the lock is lost, and reports the loss as ErrNotHeld", caseDoCancelsOnLoss},
 	{"mutual-exclusion-stress", "Independent clients hammering one key never overlap in the critical section, and a fencing-checked resource accepts every write", caseStress},
@@ -781,6 +782,58 @@ func caseFencing(t *T) {
 	}
 	if !fenced {
 		t.Skipf("the backend mints no fencing tokens (Capabilities().Fencing is false); Fence() correctly reports ok=false")
+	}
+}
+
+// caseStaleFence asks a holder for its fence only once its lock is
+// another's: where fences are minted on demand (backend.FenceMinter),
+// the mint must check that the lock is still the holder's. Each half
+// takes fresh clients, which have asked for no fence yet: a Locker that
+// has may mint every fence with its grant from then on.
+func caseStaleFence(t *T) {
+	if !t.Capabilities().Fencing {
+		t.Skipf("the backend mints no fencing tokens (Capabilities().Fencing is false); fencing checks that Fence() reports ok=false")
+	}
+	// Expired: the Locker knows it, and must not ask the servers.
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("expired")
+	stale := t.Acquire(a, key, locker.WithTTL(t.TTL()), locker.WithAutoRefresh(false))
+	if !t.ClosedWithin(stale.Lost(), t.ExpiryBound(t.TTL())) {
+		t.Fatalf("Lost() still open %v after Acquire with a %v TTL and no refresh", t.ExpiryBound(t.TTL()), t.TTL())
+	}
+	next := t.AcquireWithin(b, key, t.ExpiryBound(t.TTL()), "A's lock expired")
+	t.wantStaleFence(stale, next, "expired")
+	t.Release(next)
+
+	// Released by force: the holder may not know, and the servers must
+	// refuse it a fence.
+	a, b = t.Locker(), t.Locker()
+	key = t.Key("forced")
+	stale = t.TryAcquire(a, key, locker.WithTTL(t.LongTTL()), locker.WithAutoRefresh(false))
+	released, err := locker.ForceRelease(t.ctx, b, key)
+	switch {
+	case errors.Is(err, locker.ErrUnsupported):
+		t.Skipf("the backend cannot release a key by force (locker.ForceRelease: %v); a fence asked for after expiry was checked", err)
+	case !released:
+		// An error beside released (a node that cannot be reached)
+		// leaves the lock released where it counts.
+		t.Fatalf("ForceRelease(%s) of A's lock = false, %v; want true", keyText(key), err)
+	}
+	next = t.AcquireWithin(b, key, t.LongTTL()/2, "A's lock was released by force")
+	t.wantStaleFence(stale, next, "released by force")
+	stale.Release(t.ctx) // ErrNotHeld; stale-owner checks that it leaves next's lock
+	t.Release(next)
+}
+
+// wantStaleFence checks the fence of stale, whose lock was taken over
+// (how says how) by next, asked for after next's: none, or one below it.
+func (t *T) wantStaleFence(stale, next locker.Lock, how string) {
+	fNext, ok := next.Fence()
+	if !ok {
+		t.Fatalf("the successor's Fence() reports ok=false on a backend whose Capabilities().Fencing is true")
+	}
+	if f, ok := stale.Fence(); ok && f >= fNext {
+		t.Errorf("Fence() of a holder whose lock was %s, asked for after its successor's fence %d = %d, true; want ok=false, or a fence below the successor's: a writer with it would pass a fenced resource's check over the successor's writes", how, fNext, f)
 	}
 }
 
