@@ -22,7 +22,7 @@ var cases = []Case{
 	{"waiter-gets-full-ttl", "A lock granted after a long wait is valid for its whole TTL from the grant, not from the start of the wait", caseWaiterFullTTL},
 	{"double-release", "A second Release returns ErrNotHeld, as do Refresh and TTL after Release", caseDoubleRelease},
 	{"release-cancelled-context", "Release with a context already cancelled still frees the key at once and reports success", caseReleaseCancelledContext},
-	{"release-after-lost", "Release right after Lost closed (the TTL ran out without a refresh) returns ErrNotHeld naming why, whether or not the server still had the key", caseReleaseAfterLost},
+	{"release-after-lost", "Release right after Lost closed (the TTL ran out without a refresh) returns ErrNotHeld naming why, as Err does (the validity ran out on the local clock, or the backend found the lock gone first), whether or not the server still had the key", caseReleaseAfterLost},
 	{"stale-owner", "After A's lock expires and B acquires the key, A's Release, Refresh and TTL return ErrNotHeld and B still holds the key", caseStaleOwner},
 	{"auto-refresh", "With auto-refresh on, a lock outlives several TTLs while its holder lives, and Lost stays open", caseAutoRefresh},
 	{"crashed-holder-expiry", "A holder cut off without releasing (auto-refresh on) stops blocking others within TTL + ExpirySlack, and its own Lost closes", caseCrashedHolder},
@@ -37,6 +37,7 @@ var cases = []Case{
 	{"close-ends-acquire", "Close ends an Acquire waiting on a held key promptly with ErrClosed, and the waiter leaves nothing that blocks the next acquirer", caseCloseEndsAcquire},
 	{"invalid-input", "Empty and over-long keys fail with ErrInvalidKey; zero, negative and out-of-range TTLs fail with ErrInvalidTTL", caseInvalidInput},
 	{"fencing", "Fence is strictly increasing across successive holders of a key where Capabilities.Fencing is true, and reports ok=false where it is not", caseFencing},
+	{"stale-fence", "Where Capabilities.Fencing is true, a holder whose lock expired or was released by force, and that asks for its fence only after its successor got one, gets none (ok=false) or one below the successor's, never one above: a fence minted on demand is minted only while the lock is the holder's", caseStaleFence},
 	{"lost-on-expiry", "With auto-refresh off, Lost stays open while the lock is valid and closes once its TTL runs out", caseLostOnExpiry},
 	{"do-cancels-on-loss", "Do runs fn under the lock, cancels fn's context when the lock is lost, and reports the loss as ErrNotHeld", caseDoCancelsOnLoss},
 	{"mutual-exclusion-stress", "Independent clients hammering one key never overlap in the critical section, and a fencing-checked resource accepts every write", caseStress},
@@ -209,10 +210,49 @@ func caseReleaseAfterLost(t *T) {
 	if !t.ClosedWithin(lk.Lost(), t.ExpiryBound(ttl)) {
 		t.Fatalf("Lost() still open %v after Acquire with a %v TTL and no refresh", t.ExpiryBound(ttl), ttl)
 	}
+	// Two reasons are true, and either may close Lost first: the
+	// validity ran out on the local clock (ErrExpired), or the backend
+	// found the lock gone (its server's own expiry, reported before the
+	// watchdog's timer fired on a loaded machine). Release must name
+	// the one Err names, not claim a release of its own.
+	why := lk.Err()
 	err := lk.Release(t.Context())
+	t.WantErr(why, locker.ErrNotHeld, "Err once Lost closed")
 	t.WantErr(err, locker.ErrNotHeld, "Release right after Lost closed")
-	t.WantErr(err, locker.ErrExpired, "Release right after Lost closed")
+	switch {
+	case errors.Is(err, locker.ErrReleased):
+		t.Errorf("Release right after Lost closed: got error %v, which says the holder released the lock; want why Lost closed, as Err says: %v", err, why)
+	case !namesReason(err, why):
+		t.Errorf("Release right after Lost closed: got error %v, want it to name why Lost closed, as Err does: %v", err, why)
+	}
 	t.WantErr(lk.Release(t.Context()), locker.ErrNotHeld, "a second Release")
+}
+
+// namesReason reports whether err names the reason that why, a lock's
+// Err, gives: it wraps why itself (a backend's account of a lock found
+// gone, which wraps ErrNotHeld and is returned as it is), or every error
+// beside ErrNotHeld that why joins (Err joins ErrNotHeld with the
+// Locker's own reason, or a backend's account that does not wrap it,
+// afresh on each call).
+func namesReason(err, why error) bool {
+	if errors.Is(err, why) {
+		return true
+	}
+	joined, ok := why.(interface{ Unwrap() []error })
+	if !ok {
+		return false
+	}
+	named := 0
+	for _, r := range joined.Unwrap() {
+		if r == locker.ErrNotHeld {
+			continue
+		}
+		if !errors.Is(err, r) {
+			return false
+		}
+		named++
+	}
+	return named > 0
 }
 
 func caseStaleOwner(t *T) {
@@ -746,6 +786,58 @@ func caseFencing(t *T) {
 	}
 	if !fenced {
 		t.Skipf("the backend mints no fencing tokens (Capabilities().Fencing is false); Fence() correctly reports ok=false")
+	}
+}
+
+// caseStaleFence asks a holder for its fence only once its lock is
+// another's: where fences are minted on demand (backend.FenceMinter),
+// the mint must check that the lock is still the holder's. Each half
+// takes fresh clients, which have asked for no fence yet: a Locker that
+// has may mint every fence with its grant from then on.
+func caseStaleFence(t *T) {
+	if !t.Capabilities().Fencing {
+		t.Skipf("the backend mints no fencing tokens (Capabilities().Fencing is false); fencing checks that Fence() reports ok=false")
+	}
+	// Expired: the Locker knows it, and must not ask the servers.
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("expired")
+	stale := t.Acquire(a, key, locker.WithTTL(t.TTL()), locker.WithAutoRefresh(false))
+	if !t.ClosedWithin(stale.Lost(), t.ExpiryBound(t.TTL())) {
+		t.Fatalf("Lost() still open %v after Acquire with a %v TTL and no refresh", t.ExpiryBound(t.TTL()), t.TTL())
+	}
+	next := t.AcquireWithin(b, key, t.ExpiryBound(t.TTL()), "A's lock expired")
+	t.wantStaleFence(stale, next, "expired")
+	t.Release(next)
+
+	// Released by force: the holder may not know, and the servers must
+	// refuse it a fence.
+	a, b = t.Locker(), t.Locker()
+	key = t.Key("forced")
+	stale = t.TryAcquire(a, key, locker.WithTTL(t.LongTTL()), locker.WithAutoRefresh(false))
+	released, err := locker.ForceRelease(t.ctx, b, key)
+	switch {
+	case errors.Is(err, locker.ErrUnsupported):
+		t.Skipf("the backend cannot release a key by force (locker.ForceRelease: %v); a fence asked for after expiry was checked", err)
+	case !released:
+		// An error beside released (a node that cannot be reached)
+		// leaves the lock released where it counts.
+		t.Fatalf("ForceRelease(%s) of A's lock = false, %v; want true", keyText(key), err)
+	}
+	next = t.AcquireWithin(b, key, t.LongTTL()/2, "A's lock was released by force")
+	t.wantStaleFence(stale, next, "released by force")
+	stale.Release(t.ctx) // ErrNotHeld; stale-owner checks that it leaves next's lock
+	t.Release(next)
+}
+
+// wantStaleFence checks the fence of stale, whose lock was taken over
+// (how says how) by next, asked for after next's: none, or one below it.
+func (t *T) wantStaleFence(stale, next locker.Lock, how string) {
+	fNext, ok := next.Fence()
+	if !ok {
+		t.Fatalf("the successor's Fence() reports ok=false on a backend whose Capabilities().Fencing is true")
+	}
+	if f, ok := stale.Fence(); ok && f >= fNext {
+		t.Errorf("Fence() of a holder whose lock was %s, asked for after its successor's fence %d = %d, true; want ok=false, or a fence below the successor's: a writer with it would pass a fenced resource's check over the successor's writes", how, fNext, f)
 	}
 }
 

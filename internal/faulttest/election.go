@@ -244,7 +244,9 @@ func (o *oracle) checkReport(key string, ldr locker.Leader) {
 // same Locker, one or two more handles on the hold, by Acquire or
 // TryAcquire, which return at once however the key is contended. It
 // holds the key a while, as hold does, releases the handles in a random
-// order, and checks that the hold stays until the last is released.
+// order, and checks that the hold stays until the last is released. An
+// owner whose hold was lost before it asked again took a new hold
+// (WithOwner): the handles after it are that hold's.
 func (w *worker) reenter(ctx context.Context, p *proc, rq request) {
 	owner := fmt.Sprintf("%s/%08x", p.name, w.rng.Uint32())
 	octx := locker.WithOwner(ctx, owner)
@@ -259,6 +261,7 @@ func (w *worker) reenter(ctx context.Context, p *proc, rq request) {
 	}
 	w.r.count("reenter")
 	handles := []*belief{w.r.oracle.addOwned(p, rq.key, owner, rq.claim, began, first)}
+	hold := first // the owner's hold: a new one once it lapsed
 	for range 1 + w.rng.IntN(2) {
 		how := "try"
 		call := p.Locker.TryAcquire
@@ -268,20 +271,45 @@ func (w *worker) reenter(ctx context.Context, p *proc, rq request) {
 		began := time.Now()
 		lk, err := call(actx, rq.key, opts...)
 		if err != nil {
-			w.refused(p, rq.key, owner, how, first, err)
+			w.refused(p, rq.key, owner, how, hold, err)
 			break
 		}
-		w.r.count("reenter.handle")
+		if lk.Token() != hold.Token() {
+			w.lapsed(p, rq.key, owner, how, hold)
+			hold = lk
+		} else {
+			w.r.count("reenter.handle")
+		}
 		handles = append(handles, w.r.oracle.addOwned(p, rq.key, owner, rq.claim, began, lk))
 	}
 	w.hold(ctx, handles[len(handles)-1])
 	w.rng.Shuffle(len(handles), func(i, j int) { handles[i], handles[j] = handles[j], handles[i] })
-	for i, b := range handles {
+	// The handles on one hold share its token.
+	of, left := map[string]int{}, map[string]int{}
+	for _, b := range handles {
+		of[b.lock.Token()]++
+		left[b.lock.Token()]++
+	}
+	for _, b := range handles {
 		w.release(b)
-		if i < len(handles)-1 {
-			w.stillHeld(b, i+1, len(handles))
+		tok := b.lock.Token()
+		left[tok]--
+		if left[tok] > 0 {
+			w.stillHeld(b, of[tok]-left[tok], of[tok])
 		}
 	}
+}
+
+// lapsed checks an owner's reentrant acquisition that took a new hold
+// rather than a handle on hold, the owner's: it may only once hold was
+// lost (WithOwner), and its handles are then another hold's.
+func (w *worker) lapsed(p *proc, key, owner, how string, hold locker.Lock) {
+	w.r.count("reenter.lapsed")
+	if closed(hold.Lost()) {
+		return
+	}
+	w.r.violate("key %q: %s's owner %q held it (its Lost open), and its %s of another handle through the same Locker took a new hold",
+		key, p.name, owner, how)
 }
 
 // refused checks an owner's reentrant acquisition that failed: it may

@@ -56,10 +56,14 @@
 //     called (shared holds and permits that fit together may be granted
 //     in another order than their Acquire calls return). A fence is
 //     asked for right after the acquisition, as a writer to a fenced
-//     resource asks for it, by about half of the clients (a backend may
-//     mint fences on demand, and the other half checks that path); a
-//     belief whose Fence came back without one is left out of this check,
-//     as its holder would write nothing fenced;
+//     resource asks for it, by about half of the clients; the other half
+//     ask for some of theirs late, after holding the lock a while through
+//     the faults, as a writer does that writes only at the end (a
+//     backend may mint fences on demand, when first asked for: a late
+//     fence must exceed every earlier holder's all the same, and not be
+//     given at all for a lock lost meanwhile). A belief whose Fence came
+//     back without one is left out of this check, as its holder would
+//     write nothing fenced;
 //   - a leader's term, as Election.Leader reads it while it leads and as
 //     an observer of the key (Election.Observe, through the checker)
 //     reports it, is its Lock.Fence, and the observer's terms never go
@@ -1008,7 +1012,22 @@ func (w *worker) hold(ctx context.Context, b *belief) {
 			b.note(w.r, "ttl %v, %v", d, err)
 		case x < 0.9 && b.election != nil:
 			w.proclaim(ctx, b)
+		case x >= 0.9 && !b.fenced && w.r.caps.Fencing:
+			w.lateFence(b)
 		}
+	}
+}
+
+// lateFence asks for the fence of a lock held a while, whose holder did
+// not ask as it took it: a backend that mints fences on demand mints it
+// now, after whatever the faults did meanwhile. The oracle checks it as
+// it checks the others, from the moment it was in hand.
+func (w *worker) lateFence(b *belief) {
+	f, ok := b.lock.Fence()
+	b.note(w.r, "late fence %d (ok %v)", f, ok)
+	w.r.count("fence.late")
+	if ok {
+		b.fence, b.fenced, b.fencedAt = f, true, time.Now()
 	}
 }
 
@@ -1097,8 +1116,8 @@ type belief struct {
 	began time.Time // when Acquire (or Do) was called
 	start time.Time
 	end   time.Time // set by check
-	// fence, when fenced: asked for as the belief began, and in hand at
-	// fencedAt.
+	// fence, when fenced: asked for as the belief began, or late
+	// (lateFence), and in hand at fencedAt.
 	fence    uint64
 	fenced   bool
 	fencedAt time.Time
