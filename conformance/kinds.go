@@ -719,3 +719,94 @@ func crashedWaitingWriter(t *T) {
 	t.Release(lk)
 	t.Release(held)
 }
+
+// readersBehind is how many readers caseReadersAfterWriter queues behind
+// its writer: enough that a reader watching the node just before its own
+// watches another reader.
+const readersBehind = 3
+
+func caseReadersAfterWriter(t *T) {
+	skipUnlessShared(t)
+	readersAfterWriter(t, "cancelled")
+	if t.Capabilities().FIFO {
+		// Elsewhere the readers may be admitted beside reader R0, ahead
+		// of the writer: it is not granted before them.
+		readersAfterWriter(t, "released")
+	}
+}
+
+// readersAfterWriter has reader R0 hold the key, writer W queue, and
+// readers queue behind W; then W leaves the queue (how: "cancelled"
+// while R0 holds, or "released" once R0's release admitted it), and every
+// reader must be admitted, none waiting for a TTL to run out: the bound
+// is half the TTL of every hold.
+func readersAfterWriter(t *T, how string) {
+	key := t.Key("rw-" + how)
+	a := t.Locker()
+	q := &queueing{t: t, l: a, key: key}
+	r0 := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
+	w := t.startAcquire("writer W", t.Locker(), key)
+	q.until(1, w)
+	if w.returned() {
+		t.Fatalf("writer W's Acquire returned while reader R0 held the key: %s%s", w.outcome(), q.note())
+	}
+	readers := make([]*pending, readersBehind)
+	for i := range readers {
+		readers[i] = t.startAcquire(fmt.Sprintf("reader R%d", i+1), t.Locker(), key, locker.Shared())
+		q.until(2+i, append([]*pending{w}, readers[:i+1]...)...)
+	}
+	bound := t.LongTTL() / 2
+	switch how {
+	case "cancelled":
+		w.cancel()
+		if !t.ClosedWithin(w.done, bound) {
+			t.Fatalf("writer W's Acquire did not return within %v of its context being cancelled", bound)
+		}
+		if w.err == nil {
+			t.Fatalf("writer W got the key, cancelled, while reader R0 held it")
+		}
+	case "released":
+		t.Release(r0)
+		lkW := t.await(w, bound, "reader R0, the only holder, released with writer W first in the queue")
+		for _, r := range readers {
+			if r.returned() {
+				t.Fatalf("%s, queued behind writer W, %s while W held the key%s", r.name, r.outcome(), q.note())
+			}
+		}
+		t.Release(lkW)
+	}
+	// All are admitted while all hold: one reader's release must not be
+	// what admits the next.
+	held := make([]locker.Lock, len(readers))
+	for i, r := range readers {
+		held[i] = t.await(r, bound, fmt.Sprintf("writer W, queued ahead of %d readers, was %s, and the readers ahead of %s still hold the key", readersBehind, how, r.name))
+	}
+	for _, lk := range held {
+		t.Release(lk)
+	}
+	if how == "cancelled" {
+		t.Release(r0)
+	}
+}
+
+func caseWriterAfterReaders(t *T) {
+	skipUnlessShared(t)
+	a, b := t.Locker(), t.Locker()
+	key := t.Key("k")
+	q := &queueing{t: t, l: a, key: key}
+	shared := []locker.Option{locker.Shared(), locker.WithTTL(t.LongTTL())}
+	r1 := t.TryAcquire(a, key, shared...)
+	r2 := t.TryAcquire(b, key, shared...)
+	w := t.startAcquire("writer W", t.Locker(), key)
+	q.until(1, w)
+	if w.returned() {
+		t.Fatalf("writer W's Acquire returned while readers R1 and R2 held the key: %s%s", w.outcome(), q.note())
+	}
+	// R2, the reader nearer to W in the queue, leaves first.
+	t.Release(r2)
+	if t.ClosedWithin(w.done, 100*time.Millisecond) {
+		t.Fatalf("writer W's Acquire returned once reader R2 left, while reader R1 still held the key: %s", w.outcome())
+	}
+	t.Release(r1)
+	t.Release(t.await(w, t.LongTTL()/2, "readers R2 and then R1, the last holder, released"))
+}

@@ -18,7 +18,7 @@ import (
 // kindCases are the cases about shared holds and semaphores.
 var kindCases = []string{
 	"semaphore-limit", "readers-writers", "kinds-fifo", "kinds-fencing",
-	"crashed-shared-holder", "cancelled-writer", "kind-mismatch",
+	"crashed-shared-holder", "cancelled-writer", "readers-after-writer", "writer-after-readers", "kind-mismatch",
 }
 
 // kindsHarness runs the cases about kinds on clients of one memory store,
@@ -79,7 +79,7 @@ func TestKindsBrokenFail(t *testing.T) {
 		caught []string // cases that must fail
 	}{
 		{"a semaphore of n admits n + 1", flawed.ExtraPermit, []string{"semaphore-limit", "kinds-fifo"}},
-		{"a read lock admits a writer beside its readers", flawed.WriterBesideReaders, []string{"readers-writers", "kinds-fifo", "cancelled-writer"}},
+		{"a read lock admits a writer beside its readers", flawed.WriterBesideReaders, []string{"readers-writers", "kinds-fifo", "cancelled-writer", "readers-after-writer", "writer-after-readers"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,13 +104,13 @@ func TestKindsSkipUnclaimed(t *testing.T) {
 		{"neither", func(c *backend.Capabilities) { c.Shared, c.Permits = false, false }, map[string][]string{
 			"semaphore-limit": {permits}, "readers-writers": {shared}, "kinds-fifo": {shared, permits},
 			"kinds-fencing": {shared, permits}, "crashed-shared-holder": {shared, permits},
-			"cancelled-writer": {shared}, "kind-mismatch": {permits},
+			"cancelled-writer": {shared}, "readers-after-writer": {shared}, "writer-after-readers": {shared}, "kind-mismatch": {permits},
 		}},
 		{"shared only", func(c *backend.Capabilities) { c.Permits = false }, map[string][]string{
 			"semaphore-limit": {permits}, "kind-mismatch": {permits},
 		}},
 		{"semaphores only", func(c *backend.Capabilities) { c.Shared = false }, map[string][]string{
-			"readers-writers": {shared}, "cancelled-writer": {shared},
+			"readers-writers": {shared}, "cancelled-writer": {shared}, "readers-after-writer": {shared}, "writer-after-readers": {shared},
 		}},
 		{"no FIFO, no fencing", func(c *backend.Capabilities) { c.FIFO, c.Fencing = false, false }, map[string][]string{
 			"kinds-fifo": {"Capabilities().FIFO is false"}, "kinds-fencing": {"Capabilities().Fencing is false"},

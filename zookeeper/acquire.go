@@ -155,6 +155,15 @@ func (a *attempt) create() error {
 				return perr
 			}
 			list = !made
+		case errors.Is(err, zkclient.ErrProtocol):
+			// The reply contradicts the create (zkclient.CheckCreated):
+			// its word on our node is not to be believed, and the node,
+			// if made, is found by its guid and removed, as a lost
+			// reply's would be. Believing it would queue us under a
+			// node that is not ours, or slice a path that is not under
+			// the key node.
+			a.discard()
+			return err
 		case errors.Is(err, gozk.ErrConnectionClosed):
 			found, ferr := a.find()
 			if ferr != nil {
@@ -204,7 +213,14 @@ func (a *attempt) sendCreate(list bool) (ourNode, error) {
 		beforeCreate(prefix)
 		node.sent = time.Now()
 		p, err := s.conn.Create(prefix, lockData(0, a.req.Value), gozk.FlagEphemeralSequential, a.d.acl)
-		node.path = p
+		if err == nil {
+			// An application's connection does not check the reply
+			// against the request as the Locker's own do.
+			err = zkclient.CheckCreated(prefix, p, true)
+		}
+		if err == nil {
+			node.path = p
+		}
 		return err
 	}, func(err error) { a.undoCreate(node.path, err) })
 	if err != nil {
@@ -263,6 +279,25 @@ func (a *attempt) undoCreate(path string, err error) {
 		}
 	case errors.Is(err, gozk.ErrConnectionClosed):
 		s.cleanupGUID(a.parent, a.guid)
+	}
+}
+
+// discard removes our node, if the create made one, after a reply to it
+// that is not to be believed: found by its guid at once if it can be,
+// within cleanupTimeout, so that it is gone when the caller learns of the
+// failure; in the background otherwise.
+func (a *attempt) discard() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), cleanupTimeout)
+	defer cancel()
+	b := *a
+	b.ctx = ctx
+	found, err := b.find()
+	switch {
+	case err != nil:
+		a.s.cleanupGUID(a.parent, a.guid)
+	case found != "":
+		b.node = ourNode{path: found}
+		b.remove()
 	}
 }
 

@@ -31,7 +31,14 @@ func (r round) has(typ gozk.EventType, path string) bool {
 }
 
 // observing is one Observe call under test: its notices, and the rounds
-// of its observer (the observed hook), in order.
+// of its observer (the observed hook), in order. rounds is unbuffered:
+// the observer sends a round's notice only once next has read the round,
+// so that a notice is never sent, and coalesced with a pending one, for a
+// round that next has yet to read. Otherwise next could take, for an
+// earlier round, a pending notice that also stands for a later round, and
+// then wait in vain for a notice of the later one: notices coalesce, and
+// the observer is right to send none (the one taken was taken after the
+// later round's watches were set, so an Inspect after it saw the change).
 type observing struct {
 	l      locker.Locker // the observer's Locker, which Inspects
 	key    string
@@ -45,10 +52,14 @@ type observing struct {
 // observed hook set for the rest of the test.
 func observe(t *testing.T, l locker.Locker, d *driver, key string) *observing {
 	t.Helper()
-	o := &observing{l: l, key: key, parent: d.base + "/" + encodeKey(key), rounds: make(chan round, 100)}
+	o := &observing{l: l, key: key, parent: d.base + "/" + encodeKey(key), rounds: make(chan round)}
+	quit := make(chan struct{}) // the test is over: no round is read
 	testHooks.Store(&hooks{observed: func(parent string, evs []gozk.Event, reconnected bool, holders []string) {
 		if parent == o.parent {
-			o.rounds <- round{evs, reconnected, holders}
+			select {
+			case o.rounds <- round{evs, reconnected, holders}:
+			case <-quit:
+			}
 		}
 	}})
 	t.Cleanup(func() { testHooks.Store(nil) })
@@ -60,19 +71,16 @@ func observe(t *testing.T, l locker.Locker, d *driver, key string) *observing {
 	}
 	o.events, o.stop = events, stop
 	t.Cleanup(stop)
+	t.Cleanup(func() { close(quit) }) // first: stop waits for a round being reported
 	return o
 }
 
 // next waits for the observer's next round that matches, then for a
-// notice: one taken after the round was reported was sent after its
-// watches were set again, so an Inspect after it sees the change. Rounds
-// before it are skipped.
-//
-// The notice is waited for, not required to be pending: notices
-// coalesce, and the one a round's send found pending may have been taken
-// by the previous next, which read an earlier round, before this round
-// was reported. Each step of the test makes a change, whose own notice
-// then comes.
+// notice: one taken after the round was read was sent after its watches
+// were set again, or was pending then and the round's own coalesced with
+// it, so an Inspect after it sees the change. The observer sends it once
+// the round is read (see observing), so it comes whatever the timing.
+// Rounds before it are skipped.
 func (o *observing) next(t *testing.T, what string, match func(round) bool) round {
 	t.Helper()
 	deadline := time.After(30 * time.Second)

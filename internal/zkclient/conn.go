@@ -738,6 +738,12 @@ func (c *Conn) reply(xid int32, zxid int64, code int32, d *decoder) error {
 			r.complete(errMalformed)
 			return d.err
 		}
+		// A reply that contradicts its request ends the connection as
+		// a malformed one does: the stream is not to be trusted.
+		if err := r.contradiction(); err != nil {
+			r.complete(err)
+			return err
+		}
 	}
 	// Only a reply that matched its request counts as seen: a server
 	// refuses a client that claims a later zxid than it has.

@@ -87,7 +87,12 @@
 //
 // Bytes from the server are decoded with every length checked against
 // what is left of the packet: a malformed reply or packet ends the
-// connection (ErrProtocol), never the process (FuzzDispatch).
+// connection (ErrProtocol), never the process (FuzzDispatch). So does a
+// reply whose meaning contradicts its request: a create's path that the
+// create cannot have made (CheckCreated, FuzzCheckCreated), a sync's path
+// that is not the one synced, a child's name holding a slash. Its request
+// fails as one whose reply was lost (ErrConnectionClosed): the server's
+// word on it is not to be believed.
 //
 // Left out, as the backend does not use them: read-only sessions, chroot,
 // SASL, persistent watches, removeWatches, TTL nodes, reconfig.

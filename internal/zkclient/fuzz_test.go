@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,6 +104,10 @@ func FuzzDispatch(f *testing.F) {
 		for i, op := range fuzzOps {
 			r := &request{op: op, xid: int32(i + 1), done: make(chan struct{})}
 			switch op {
+			case opCreate2:
+				r.asked, r.seq = "/a/n-", true
+			case opCreateContainer, opSync:
+				r.asked = "/a"
 			case opGetData:
 				r.watchPath, r.watch = "/a", make(chan gozk.Event, 1)
 			case opGetChildren2:
@@ -131,6 +137,9 @@ func FuzzDispatch(f *testing.F) {
 			default:
 				t.Fatalf("request %d (op %d) has no outcome", r.xid, r.op)
 			}
+			if r.err == nil && !agrees(r) {
+				t.Fatalf("op %d succeeded with a reply that contradicts it: path %q, children %q", r.op, r.path, r.children)
+			}
 			if r.watch != nil {
 				ws := map[opcode]map[string][]chan gozk.Event{opGetData: c.watches, opGetChildren2: c.children, opExists: c.watches}[r.op]
 				want := r.err == nil
@@ -143,6 +152,71 @@ func FuzzDispatch(f *testing.F) {
 					t.Fatalf("op %d's outcome %v, watch set %v", r.op, r.err, set)
 				}
 			}
+		}
+	})
+}
+
+// agrees reports whether the decoded reply of a successful request r
+// means what r asked for: a create's path is r's own (the container's)
+// or a direct child of its parent named r's name and a number (the
+// sequential node's), a sync's is the path synced, a listing's children
+// are names.
+func agrees(r *request) bool {
+	switch r.op {
+	case opCreate2:
+		return isSeqChild(r.asked, r.path)
+	case opCreateContainer, opSync:
+		return r.path == r.asked
+	case opGetChildren2:
+		for _, c := range r.children {
+			if c == "" || strings.Contains(c, "/") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isSeqChild reports whether got is a direct child of asked's parent named
+// asked's last segment and a sequence number of ten or more characters.
+func isSeqChild(asked, got string) bool {
+	i, j := strings.LastIndex(asked, "/"), strings.LastIndex(got, "/")
+	if i != j || asked[:i] != got[:j] {
+		return false
+	}
+	name, ok := strings.CutPrefix(got[j+1:], asked[i+1:])
+	return ok && len(name) >= 10 && strings.Trim(name, "-0123456789") == "" && strings.LastIndex(name, "-") <= 0
+}
+
+// FuzzCheckCreated: the check of a create's reply against its request
+// never panics, whatever path the reply names, and accepts for a
+// sequential create only a direct child of the parent asked for, named as
+// asked with a sequence number, and for any other create only the path
+// asked for; and it accepts every path the server can make.
+func FuzzCheckCreated(f *testing.F) {
+	f.Add("/a/b", "_c_guid-lock-", "/a/b/_c_guid-lock-0000000007", int32(7))
+	f.Add("/a", "n-", "/x", int32(-1))
+	f.Add("/", "n-", "/n-0000000001/0000000001", int32(1<<31-1))
+	f.Add("/a", "n-", "/a/n-+000000001", int32(0))
+	f.Fuzz(func(t *testing.T, parent, name, got string, seq int32) {
+		if checkPath(parent, false) != nil || name == "" || strings.Contains(name, "/") {
+			return
+		}
+		asked := strings.TrimSuffix(parent, "/") + "/" + name
+		if checkPath(asked, true) != nil {
+			return
+		}
+		if err := CheckCreated(asked, got, true); err == nil && !isSeqChild(asked, got) {
+			t.Fatalf("the create of %q accepted %q", asked, got)
+		} else if err != nil && !errors.Is(err, ErrProtocol) {
+			t.Fatalf("the create of %q refused %q with %v, want ErrProtocol", asked, got, err)
+		}
+		if err := CheckCreated(asked, got, false); err == nil && got != asked {
+			t.Fatalf("the create of %q, not sequential, accepted %q", asked, got)
+		}
+		made := fmt.Sprintf("%s%010d", asked, seq)
+		if err := CheckCreated(asked, made, true); err != nil {
+			t.Fatalf("the create of %q refused the server's %q: %v", asked, made, err)
 		}
 	})
 }

@@ -3,6 +3,8 @@ package zkclient
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
@@ -17,6 +19,8 @@ type request struct {
 	frame     []byte          // the packet; its xid is set when it is sent
 	watchPath string          // getData or getChildren with a watch: the watch is set
 	watch     chan gozk.Event // on success, on this channel
+	asked     string          // the path the request names, which its reply must agree with
+	seq       bool            // a sequential create: the server appends a sequence number to asked
 	done      chan struct{}
 
 	err      error
@@ -69,6 +73,50 @@ func (r *request) decode(d *decoder) {
 	case opMulti:
 		r.multi = decodeMulti(d)
 	}
+}
+
+// contradiction returns why the decoded reply of a successful request
+// cannot answer that request, or nil: a create's path that the create
+// cannot have made, a sync's path that is not the one synced, a child's
+// name that is no name. The server is not to be believed on such a reply,
+// whose outcome is then unknown, as for a reply lost with the connection.
+func (r *request) contradiction() error {
+	switch r.op {
+	case opCreate2, opCreateContainer:
+		return CheckCreated(r.asked, r.path, r.seq)
+	case opSync:
+		if r.path != r.asked {
+			return fmt.Errorf("%w: the reply to the sync of %q names %q", errMalformed, r.asked, r.path)
+		}
+	case opGetChildren2:
+		for _, c := range r.children {
+			if c == "" || strings.Contains(c, "/") {
+				return fmt.Errorf("%w: the listing of %q names a child %q", errMalformed, r.asked, c)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckCreated returns nil if got can be the path of the node that a
+// create of path made: path itself or, for a sequential node (seq), path
+// and a sequence number as the server formats it (%010d of its parent's
+// child version): so a direct child of path's parent whose name starts
+// with path's last segment. Otherwise it returns an error that wraps
+// ErrProtocol and, the create's outcome being unknown, as for a reply
+// lost with the connection, gozk.ErrConnectionClosed.
+func CheckCreated(path, got string, seq bool) error {
+	n, ok := strings.CutPrefix(got, path)
+	if ok && seq {
+		v, err := strconv.ParseInt(n, 10, 32)
+		ok = err == nil && fmt.Sprintf("%010d", v) == n
+	} else if ok {
+		ok = n == ""
+	}
+	if !ok {
+		return fmt.Errorf("%w: the reply to the create of %q names %q, which that create cannot have made; its outcome is unknown (%w)", ErrProtocol, path, got, gozk.ErrConnectionClosed)
+	}
+	return nil
 }
 
 func clone(b []byte) []byte {
@@ -206,6 +254,7 @@ func newCreate(op opcode, path string, data []byte, flags int32, acl []gozk.ACL)
 	e.acls(acl)
 	e.int32(flags)
 	r.end(e)
+	r.asked, r.seq = path, flags&gozk.FlagSequence != 0
 	return r, nil
 }
 
@@ -312,6 +361,7 @@ func newChildren(path string, watch bool) (*request, error) {
 	e.string(path)
 	e.bool(watch)
 	r.end(e)
+	r.asked = path
 	if watch {
 		r.watchPath, r.watch = path, make(chan gozk.Event, 1)
 	}
@@ -372,6 +422,7 @@ func pathRequest(op opcode, path string, tail func(*encoder)) (*request, error) 
 		tail(&e)
 	}
 	r.end(e)
+	r.asked = path
 	return r, nil
 }
 
