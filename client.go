@@ -171,18 +171,18 @@ func (c *client) options(opts []Option) (options, error) {
 	o := defaultOptions()
 	for i, f := range c.cfg.Defaults {
 		if f == nil {
-			return o, fmt.Errorf("Config.Defaults[%d] is a nil Option", i)
+			return o, fmt.Errorf("%w: Config.Defaults[%d] is a nil Option", ErrInvalidOption, i)
 		}
 		f(&o)
 	}
 	for i, f := range opts {
 		if f == nil {
-			return o, fmt.Errorf("option %d of the call is nil", i+1)
+			return o, fmt.Errorf("%w: option %d of the call is nil", ErrInvalidOption, i+1)
 		}
 		f(&o)
 	}
 	if o.maxHoldSet && o.maxHold <= 0 {
-		return o, fmt.Errorf("WithMaxHold(%v): the maximum hold must be positive", o.maxHold)
+		return o, fmt.Errorf("%w: WithMaxHold(%v): the maximum hold must be positive", ErrInvalidOption, o.maxHold)
 	}
 	return o, nil
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // TestKindOptions: bad combinations of Shared, Limit and Weight are refused
-// before anything reaches the backend, with an error that names them.
+// before anything reaches the backend, with an error that names them and
+// wraps ErrInvalidOption.
 func TestKindOptions(t *testing.T) {
 	l := memory.New(&memory.Options{Store: memory.NewStore()})
 	defer l.Close()
@@ -43,6 +44,9 @@ func TestKindOptions(t *testing.T) {
 				}
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("try=%v: err = %v, want it to say %q", try, err, tc.want)
+				}
+				if !errors.Is(err, locker.ErrInvalidOption) {
+					t.Errorf("try=%v: err = %v, want it to wrap ErrInvalidOption", try, err)
 				}
 			}
 		})

@@ -287,6 +287,10 @@ var (
 	// ErrInvalidValue: a hold's value is longer than the backend stores
 	// (WithValue, Lock.SetValue; Capabilities.MaxValueLen).
 	ErrInvalidValue = backend.ErrInvalidValue
+	// ErrInvalidOption: the call's options, or the Locker's defaults, are
+	// wrong alone or together (Limit(0), Weight above its Limit, Shared
+	// with Limit, a nil Option); nothing reached the backend.
+	ErrInvalidOption = errors.New("invalid option")
 )
 
 // Why a lock stopped being held, as Lock.Err reports it (wrapped with
@@ -438,15 +442,15 @@ func Weight(w int) Option {
 func (o *options) kind() (backend.Kind, int, int, error) {
 	switch {
 	case o.limitSet && o.limit < 1:
-		return 0, 0, 0, fmt.Errorf("Limit(%d): a semaphore has at least one permit", o.limit)
+		return 0, 0, 0, fmt.Errorf("%w: Limit(%d): a semaphore has at least one permit", ErrInvalidOption, o.limit)
 	case o.limitSet && o.limit > backend.SharedCapacity:
-		return 0, 0, 0, fmt.Errorf("Limit(%d): a semaphore has at most %d permits", o.limit, backend.SharedCapacity)
+		return 0, 0, 0, fmt.Errorf("%w: Limit(%d): a semaphore has at most %d permits", ErrInvalidOption, o.limit, backend.SharedCapacity)
 	case o.weightSet && !o.limitSet:
-		return 0, 0, 0, fmt.Errorf("Weight(%d) without Limit: a weight is a number of a semaphore's permits", o.weight)
+		return 0, 0, 0, fmt.Errorf("%w: Weight(%d) without Limit: a weight is a number of a semaphore's permits", ErrInvalidOption, o.weight)
 	case o.weightSet && (o.weight < 1 || o.weight > o.limit):
-		return 0, 0, 0, fmt.Errorf("Weight(%d): a hold takes from 1 to the Limit of %d permits", o.weight, o.limit)
+		return 0, 0, 0, fmt.Errorf("%w: Weight(%d): a hold takes from 1 to the Limit of %d permits", ErrInvalidOption, o.weight, o.limit)
 	case o.shared && o.limitSet:
-		return 0, 0, 0, errors.New("Shared and Limit together: a key is a read/write lock or a semaphore, not both")
+		return 0, 0, 0, fmt.Errorf("%w: Shared and Limit together: a key is a read/write lock or a semaphore, not both", ErrInvalidOption)
 	case o.limitSet:
 		w := 1
 		if o.weightSet {
