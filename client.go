@@ -283,12 +283,37 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		c.mu.Unlock()
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 			err = fmt.Errorf("%w (%w)", ctxErr, err)
+		}
+		if ctx.Err() != nil && c.holdsKey(key) {
+			err = fmt.Errorf("%w (%s)", err, selfHeld(ctx))
 		} else if ctx.Err() == nil && errors.Is(context.Cause(actx), ErrClosed) && !errors.Is(err, ErrClosed) {
 			err = fmt.Errorf("%w while waiting (%w)", ErrClosed, err)
 		}
 		return nil, opErr(op, key, err)
 	}
 	return lk, nil
+}
+
+// holdsKey reports whether this Locker holds key: an acquisition that
+// waited for it in vain may have waited for itself.
+func (c *client) holdsKey(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for lk := range c.held {
+		if lk.key == key && lk.Err() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// selfHeld says why an acquisition under ctx did not reenter a hold of
+// its own Locker.
+func selfHeld(ctx context.Context) string {
+	if owner, ok := OwnerFrom(ctx); ok {
+		return fmt.Sprintf("this Locker holds the key, not for owner %q: an acquisition reenters only a hold of its own owner (WithOwner)", owner)
+	}
+	return "this Locker holds the key: without WithOwner an acquisition never reenters"
 }
 
 // request applies the Locker's defaults and opts, and checks the request

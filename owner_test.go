@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distlock/locker"
 	"github.com/distlock/locker/memory"
@@ -60,4 +61,45 @@ func TestOwnerRefusesDowngrade(t *testing.T) {
 		t.Fatalf("another client's reader beside the owner's: %v", err)
 	}
 	r2.Release(ctx)
+}
+
+// TestWaitForOwnHold: an Acquire whose context ends while its own Locker
+// holds the key says so, still wrapping the context's error; one that
+// waited for another Locker's hold does not.
+func TestWaitForOwnHold(t *testing.T) {
+	ctx := context.Background()
+	store := memory.NewStore()
+	l := memory.New(&memory.Options{Store: store})
+	defer l.Close()
+	other := memory.New(&memory.Options{Store: store})
+	defer other.Close()
+
+	lk, err := l.Acquire(locker.WithOwner(ctx, "job-1"), "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(ctx)
+	for _, tc := range []struct {
+		name string
+		l    locker.Locker
+		ctx  context.Context
+		want string // "" for no mention of this Locker's hold
+	}{
+		{"no owner", l, ctx, "this Locker holds the key: without WithOwner an acquisition never reenters"},
+		{"another owner", l, locker.WithOwner(ctx, "job-2"), `this Locker holds the key, not for owner "job-2"`},
+		{"another Locker", other, ctx, ""},
+	} {
+		wctx, cancel := context.WithTimeout(tc.ctx, 20*time.Millisecond)
+		_, err := tc.l.Acquire(wctx, "report")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: %v, want it to wrap context.DeadlineExceeded", tc.name, err)
+		}
+		switch said := strings.Contains(err.Error(), "this Locker holds the key"); {
+		case tc.want == "" && said:
+			t.Errorf("%s: %v; another Locker holds the key, not this one", tc.name, err)
+		case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: %v; want it to say %q", tc.name, err, tc.want)
+		}
+	}
 }
