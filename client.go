@@ -362,6 +362,9 @@ func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim,
 		acq, start, err = c.waitLoop(ctx, req)
 	}
 	if err != nil {
+		if claim.Kind == backend.Permit && errors.Is(err, ErrNotAcquired) {
+			err = &noPermit{claim: claim, err: err}
+		}
 		return err
 	}
 	lk.start(acq, start)
@@ -373,6 +376,43 @@ func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim,
 	}
 	return nil
 }
+
+// noPermit is a semaphore request's ErrNotAcquired: it counts permits,
+// which several holders may take, where the driver's says the key is
+// "held by another owner".
+type noPermit struct {
+	claim backend.Claim
+	err   error // the driver's, wrapping ErrNotAcquired
+}
+
+func (e *noPermit) Error() string {
+	msg := "lock not acquired: no permit free"
+	if e.claim.Weight > 1 {
+		msg = fmt.Sprintf("lock not acquired: no %d permits free", e.claim.Weight)
+	}
+	var busy *backend.Busy
+	if !errors.As(e.err, &busy) {
+		return fmt.Sprintf("%s of %d (%v)", msg, e.claim.Limit, e.err)
+	}
+	switch {
+	case busy.InUse == 0:
+		msg += fmt.Sprintf(" of %d", e.claim.Limit)
+	case busy.InUse+e.claim.Weight <= e.claim.Limit:
+		msg += fmt.Sprintf(": %d of %d in use, and earlier waiters go first", busy.InUse, e.claim.Limit)
+	default:
+		msg += fmt.Sprintf(": %d of %d in use", busy.InUse, e.claim.Limit)
+	}
+	if busy.Reason != "" {
+		msg += ": " + busy.Reason
+	}
+	if busy.Remaining > 0 {
+		msg += fmt.Sprintf(" (a hold expires in %v)", busy.Remaining)
+	}
+	return msg
+}
+
+// Unwrap returns the driver's error, which wraps ErrNotAcquired.
+func (e *noPermit) Unwrap() error { return e.err }
 
 // waitLoop takes req by repeated attempts: woken by release notices where
 // the backend sends them, otherwise polling with jittered, doubling delays

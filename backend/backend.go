@@ -108,6 +108,10 @@ type Busy struct {
 	// Reason, when set, says why the attempt failed if not simply because
 	// the key is held (for example a split vote between Redlock nodes).
 	Reason string
+	// InUse, for a semaphore's request (Permit), is how many of the key's
+	// permits its holds take, where the driver knows; 0 when it does not.
+	// Package locker reports it ("no permit free: 3 of 3 in use").
+	InUse int
 }
 
 func (b *Busy) Error() string {
