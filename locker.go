@@ -1,6 +1,6 @@
 // Package locker provides distributed locks behind one interface, with
-// backends for a single Redis, Redlock, ZooKeeper, etcd and an in-process
-// store, chosen by URL:
+// backends for a single Redis, Redlock, ZooKeeper, etcd, PostgreSQL and an
+// in-process store, chosen by URL:
 //
 //	l, err := locker.Open(ctx, os.Getenv("LOCKER_URL")) // e.g. "redis://127.0.0.1:6379"
 //	if err != nil { ... }
@@ -50,9 +50,9 @@
 // (memory, ZooKeeper, etcd), holds are granted in queue order, and a waiter
 // that does not fit (a writer behind readers, a request for 3 permits when
 // 2 are free) blocks the ones behind it, so neither writers nor large
-// requests starve. Redis and Redlock keep no queue: a waiter takes the key
-// when it next tries and fits, so a writer can wait as long as readers
-// overlap. Capabilities.Shared and Capabilities.Permits say what a
+// requests starve. Redis, Redlock and PostgreSQL keep no queue: a waiter
+// takes the key when it next tries and fits, so a writer can wait as long
+// as readers overlap. Capabilities.Shared and Capabilities.Permits say what a
 // backend admits; a kind it does not admit fails with ErrUnsupported.
 //
 // Fences are strictly increasing with every grant on a key, in grant
@@ -410,8 +410,8 @@ func WithMaxHold(d time.Duration) Option {
 // Shared or Limit, a write lock). Where the backend queues (memory,
 // ZooKeeper, etcd), holds are granted in queue order: a shared request
 // behind a waiting writer waits for it, so a stream of readers cannot
-// starve a writer. Elsewhere (Redis, Redlock) waiters poll or are
-// notified, and a writer may wait as long as readers overlap; see each
+// starve a writer. Elsewhere (Redis, Redlock, PostgreSQL) waiters poll or
+// are notified, and a writer may wait as long as readers overlap; see each
 // backend's documentation.
 //
 // Shared and exclusive holds of one key are one read/write lock; a key
