@@ -18,11 +18,7 @@ import (
 // taken, and another client's reader shares the key.
 func TestOwnerRefusesDowngrade(t *testing.T) {
 	ctx := context.Background()
-	store := memory.NewStore()
-	l := memory.New(&memory.Options{Store: store})
-	defer l.Close()
-	other := memory.New(&memory.Options{Store: store})
-	defer other.Close()
+	l, other := twoLockers(t)
 	octx := locker.WithOwner(ctx, "job-9")
 
 	w, err := l.Acquire(octx, "catalog")
@@ -68,11 +64,7 @@ func TestOwnerRefusesDowngrade(t *testing.T) {
 // waited for another Locker's hold does not.
 func TestWaitForOwnHold(t *testing.T) {
 	ctx := context.Background()
-	store := memory.NewStore()
-	l := memory.New(&memory.Options{Store: store})
-	defer l.Close()
-	other := memory.New(&memory.Options{Store: store})
-	defer other.Close()
+	l, other := twoLockers(t)
 
 	lk, err := l.Acquire(locker.WithOwner(ctx, "job-1"), "report")
 	if err != nil {
@@ -102,4 +94,14 @@ func TestWaitForOwnHold(t *testing.T) {
 			t.Errorf("%s: %v; want it to say %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// twoLockers returns two Lockers on one memory store, closed when the
+// test ends: two clients of one key.
+func twoLockers(t *testing.T) (locker.Locker, locker.Locker) {
+	store := memory.NewStore()
+	l := memory.New(&memory.Options{Store: store})
+	other := memory.New(&memory.Options{Store: store})
+	t.Cleanup(func() { l.Close(); other.Close() })
+	return l, other
 }
