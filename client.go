@@ -174,18 +174,18 @@ func (c *client) options(opts []Option) (options, error) {
 	o := defaultOptions()
 	for i, f := range c.cfg.Defaults {
 		if f == nil {
-			return o, fmt.Errorf("Config.Defaults[%d] is a nil Option", i)
+			return o, fmt.Errorf("%w: Config.Defaults[%d] is a nil Option", ErrInvalidOption, i)
 		}
 		f(&o)
 	}
 	for i, f := range opts {
 		if f == nil {
-			return o, fmt.Errorf("option %d of the call is nil", i+1)
+			return o, fmt.Errorf("%w: option %d of the call is nil", ErrInvalidOption, i+1)
 		}
 		f(&o)
 	}
 	if o.maxHoldSet && o.maxHold <= 0 {
-		return o, fmt.Errorf("WithMaxHold(%v): the maximum hold must be positive", o.maxHold)
+		return o, fmt.Errorf("%w: WithMaxHold(%v): the maximum hold must be positive", ErrInvalidOption, o.maxHold)
 	}
 	return o, nil
 }
@@ -286,12 +286,37 @@ func (c *client) acquire(ctx context.Context, op, key string, wait bool, opts []
 		c.mu.Unlock()
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 			err = fmt.Errorf("%w (%w)", ctxErr, err)
+		}
+		if ctx.Err() != nil && c.holdsKey(key) {
+			err = fmt.Errorf("%w (%s)", err, selfHeld(ctx))
 		} else if ctx.Err() == nil && errors.Is(context.Cause(actx), ErrClosed) && !errors.Is(err, ErrClosed) {
 			err = fmt.Errorf("%w while waiting (%w)", ErrClosed, err)
 		}
 		return nil, opErr(op, key, err)
 	}
 	return lk, nil
+}
+
+// holdsKey reports whether this Locker holds key: an acquisition that
+// waited for it in vain may have waited for itself.
+func (c *client) holdsKey(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for lk := range c.held {
+		if lk.key == key && lk.Err() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// selfHeld says why an acquisition under ctx did not reenter a hold of
+// its own Locker.
+func selfHeld(ctx context.Context) string {
+	if owner, ok := OwnerFrom(ctx); ok {
+		return fmt.Sprintf("this Locker holds the key, not for owner %q: an acquisition reenters only a hold of its own owner (WithOwner)", owner)
+	}
+	return "this Locker holds the key: without WithOwner an acquisition never reenters"
 }
 
 // request applies the Locker's defaults and opts, and checks the request
@@ -341,6 +366,9 @@ func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim,
 		acq, start, err = c.waitLoop(ctx, req)
 	}
 	if err != nil {
+		if claim.Kind == backend.Permit && errors.Is(err, ErrNotAcquired) {
+			err = &noPermit{claim: claim, err: err}
+		}
 		return err
 	}
 	lk.start(acq, start)
@@ -352,6 +380,43 @@ func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim,
 	}
 	return nil
 }
+
+// noPermit is a semaphore request's ErrNotAcquired: it counts permits,
+// which several holders may take, where the driver's says the key is
+// "held by another owner".
+type noPermit struct {
+	claim backend.Claim
+	err   error // the driver's, wrapping ErrNotAcquired
+}
+
+func (e *noPermit) Error() string {
+	msg := "lock not acquired: no permit free"
+	if e.claim.Weight > 1 {
+		msg = fmt.Sprintf("lock not acquired: no %d permits free", e.claim.Weight)
+	}
+	var busy *backend.Busy
+	if !errors.As(e.err, &busy) {
+		return fmt.Sprintf("%s of %d (%v)", msg, e.claim.Limit, e.err)
+	}
+	switch {
+	case busy.InUse == 0:
+		msg += fmt.Sprintf(" of %d", e.claim.Limit)
+	case busy.InUse+e.claim.Weight <= e.claim.Limit:
+		msg += fmt.Sprintf(": %d of %d in use, and earlier waiters go first", busy.InUse, e.claim.Limit)
+	default:
+		msg += fmt.Sprintf(": %d of %d in use", busy.InUse, e.claim.Limit)
+	}
+	if busy.Reason != "" {
+		msg += ": " + busy.Reason
+	}
+	if busy.Remaining > 0 {
+		msg += fmt.Sprintf(" (a hold expires in %v)", busy.Remaining)
+	}
+	return msg
+}
+
+// Unwrap returns the driver's error, which wraps ErrNotAcquired.
+func (e *noPermit) Unwrap() error { return e.err }
 
 // waitLoop takes req by repeated attempts: woken by release notices where
 // the backend sends them, otherwise polling with jittered, doubling delays

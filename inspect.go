@@ -70,6 +70,11 @@ var ErrUnsupported = errors.New("not supported by this backend")
 //     as the fence and its lease's remaining TTL (whole seconds, as etcd
 //     counts them) as the TTL; the rest are waiters. Detail names the
 //     entry and the lease.
+//   - postgres: the key's row and, for shared and permit holds, its live
+//     holds in grant order, each with its token, value and remaining TTL
+//     on the server's clock and its fence (a mutex's holder's once it has
+//     minted one). Waiters are unknown, as with redis: they wait for
+//     release notices. Detail is as package postgres documents it.
 func Inspect(ctx context.Context, l Locker, key string) (Holder, error) {
 	c, in, err := inspector(ctx, l, opInspect, key)
 	if err != nil {

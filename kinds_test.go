@@ -15,7 +15,8 @@ import (
 )
 
 // TestKindOptions: bad combinations of Shared, Limit and Weight are refused
-// before anything reaches the backend, with an error that names them.
+// before anything reaches the backend, with an error that names them and
+// wraps ErrInvalidOption.
 func TestKindOptions(t *testing.T) {
 	l := memory.New(&memory.Options{Store: memory.NewStore()})
 	defer l.Close()
@@ -43,6 +44,9 @@ func TestKindOptions(t *testing.T) {
 				}
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("try=%v: err = %v, want it to say %q", try, err, tc.want)
+				}
+				if !errors.Is(err, locker.ErrInvalidOption) {
+					t.Errorf("try=%v: err = %v, want it to wrap ErrInvalidOption", try, err)
 				}
 			}
 		})
@@ -195,4 +199,36 @@ func TestCloseDuringQueuedWriter(t *testing.T) {
 		t.Fatalf("a reader once the writer's Locker closed: %v", err)
 	}
 	r2.Release(ctx)
+}
+
+// TestFullSemaphore: a semaphore request that finds too few permits free
+// says so, counting the permits in use where the backend knows them, and
+// still wraps ErrNotAcquired and the driver's *backend.Busy.
+func TestFullSemaphore(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New(&memory.Options{Store: memory.NewStore()})
+	defer l.Close()
+	lim := locker.Limit(3)
+	a, err := l.TryAcquire(ctx, "exports", lim, locker.Weight(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	_, err = l.TryAcquire(ctx, "exports", lim, locker.Weight(2))
+	if want := "no 2 permits free: 2 of 3 in use"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("2 permits of 3 with 2 in use: %v; want it to say %q", err, want)
+	}
+	b, err := l.TryAcquire(ctx, "exports", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx)
+	_, err = l.TryAcquire(ctx, "exports", lim)
+	if want := "no permit free: 3 of 3 in use"; err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "another owner") {
+		t.Errorf("1 permit of 3 with 3 in use: %v; want it to say %q", err, want)
+	}
+	var busy *backend.Busy
+	if !errors.Is(err, locker.ErrNotAcquired) || !errors.As(err, &busy) {
+		t.Errorf("%v: want it to wrap ErrNotAcquired and a *backend.Busy", err)
+	}
 }

@@ -1,6 +1,6 @@
 // Package locker provides distributed locks behind one interface, with
-// backends for a single Redis, Redlock, ZooKeeper, etcd and an in-process
-// store, chosen by URL:
+// backends for a single Redis, Redlock, ZooKeeper, etcd, PostgreSQL and an
+// in-process store, chosen by URL:
 //
 //	l, err := locker.Open(ctx, os.Getenv("LOCKER_URL")) // e.g. "redis://127.0.0.1:6379"
 //	if err != nil { ... }
@@ -50,11 +50,12 @@
 // (memory, ZooKeeper, etcd), holds are granted in queue order, and a waiter
 // that does not fit (a writer behind readers, a request for 3 permits when
 // 2 are free) blocks the ones behind it, so neither writers nor large
-// requests starve. Redis and Redlock keep no queue: a waiter takes the key
-// when it next tries and fits, and a waiting writer marks the key so that
-// no new reader is granted until the writer gets in or stops waiting (the
-// mark lapses at the writer's TTL if it crashes); a large semaphore
-// request can still wait as long as smaller ones overlap. Capabilities.Shared and Capabilities.Permits say what a
+// requests starve. Redis, Redlock and PostgreSQL keep no queue: a waiter
+// takes the key when it next tries and fits, and a waiting writer marks the
+// key so that no new reader is granted until the writer gets in or stops
+// waiting (the mark lapses at the writer's TTL if it crashes); a large
+// semaphore request can still wait as long as smaller ones overlap.
+// Capabilities.Shared and Capabilities.Permits say what a
 // backend admits; a kind it does not admit fails with ErrUnsupported.
 //
 // Fences are strictly increasing with every grant on a key, in grant
@@ -289,6 +290,10 @@ var (
 	// ErrInvalidValue: a hold's value is longer than the backend stores
 	// (WithValue, Lock.SetValue; Capabilities.MaxValueLen).
 	ErrInvalidValue = backend.ErrInvalidValue
+	// ErrInvalidOption: the call's options, or the Locker's defaults, are
+	// wrong alone or together (Limit(0), Weight above its Limit, Shared
+	// with Limit, a nil Option); nothing reached the backend.
+	ErrInvalidOption = errors.New("invalid option")
 )
 
 // Why a lock stopped being held, as Lock.Err reports it (wrapped with
@@ -408,9 +413,9 @@ func WithMaxHold(d time.Duration) Option {
 // Shared or Limit, a write lock). Where the backend queues (memory,
 // ZooKeeper, etcd), holds are granted in queue order: a shared request
 // behind a waiting writer waits for it, so a stream of readers cannot
-// starve a writer. Elsewhere (Redis, Redlock) waiters poll or are
-// notified, and a waiting writer marks the key so that no new reader is
-// granted while it waits; see each backend's documentation.
+// starve a writer. Elsewhere (Redis, Redlock, PostgreSQL) waiters poll or
+// are notified, and a waiting writer marks the key so that no new reader
+// is granted while it waits; see each backend's documentation.
 //
 // Shared and exclusive holds of one key are one read/write lock; a key
 // used as a semaphore (Limit) refuses them with ErrKindMismatch.
@@ -440,15 +445,15 @@ func Weight(w int) Option {
 func (o *options) kind() (backend.Kind, int, int, error) {
 	switch {
 	case o.limitSet && o.limit < 1:
-		return 0, 0, 0, fmt.Errorf("Limit(%d): a semaphore has at least one permit", o.limit)
+		return 0, 0, 0, fmt.Errorf("%w: Limit(%d): a semaphore has at least one permit", ErrInvalidOption, o.limit)
 	case o.limitSet && o.limit > backend.SharedCapacity:
-		return 0, 0, 0, fmt.Errorf("Limit(%d): a semaphore has at most %d permits", o.limit, backend.SharedCapacity)
+		return 0, 0, 0, fmt.Errorf("%w: Limit(%d): a semaphore has at most %d permits", ErrInvalidOption, o.limit, backend.SharedCapacity)
 	case o.weightSet && !o.limitSet:
-		return 0, 0, 0, fmt.Errorf("Weight(%d) without Limit: a weight is a number of a semaphore's permits", o.weight)
+		return 0, 0, 0, fmt.Errorf("%w: Weight(%d) without Limit: a weight is a number of a semaphore's permits", ErrInvalidOption, o.weight)
 	case o.weightSet && (o.weight < 1 || o.weight > o.limit):
-		return 0, 0, 0, fmt.Errorf("Weight(%d): a hold takes from 1 to the Limit of %d permits", o.weight, o.limit)
+		return 0, 0, 0, fmt.Errorf("%w: Weight(%d): a hold takes from 1 to the Limit of %d permits", ErrInvalidOption, o.weight, o.limit)
 	case o.shared && o.limitSet:
-		return 0, 0, 0, errors.New("Shared and Limit together: a key is a read/write lock or a semaphore, not both")
+		return 0, 0, 0, fmt.Errorf("%w: Shared and Limit together: a key is a read/write lock or a semaphore, not both", ErrInvalidOption)
 	case o.limitSet:
 		w := 1
 		if o.weightSet {

@@ -28,11 +28,15 @@ type ownerCtxKey struct{}
 // holder: a request id, a job, a goroutine's task; two goroutines under
 // one owner share its holds, and so must not count on excluding each other.
 //
-// A reentrant request must be covered by the owner's hold: an exclusive
-// hold covers exclusive and shared requests of the key, a shared hold
-// covers shared requests, and a semaphore hold covers requests of the same
-// limit for no more permits. Anything else (a shared holder asking for the
-// exclusive hold, which would wait for itself) fails with ErrKindMismatch.
+// A reentrant request must be covered by the owner's hold: a hold covers
+// requests of its own kind, and a semaphore hold those of the same limit
+// for no more permits. Anything else fails with ErrKindMismatch: a shared
+// holder asking for the exclusive hold would wait for itself, and a shared
+// request under the owner's exclusive hold is refused rather than given a
+// handle on the exclusive hold, since releasing the write handle would not
+// downgrade the hold to a shared one (as Curator and Redisson let a writer
+// do): the key would stay exclusive. To downgrade, release the write lock
+// and then take the read lock, which another writer may take in between.
 // The options of a covered request other than its kind (TTL, value,
 // refresh) are those of the hold, set by its first acquisition. While the
 // owner's first acquisition of a key is waiting, its other Acquire calls
@@ -142,6 +146,9 @@ func (c *client) reenterLocked(k ownedKey, ent *owned, claim backend.Claim, wait
 		// still held.
 		delete(c.own.byID, k)
 		return nil, retryNow, nil
+	case ent.claim.Kind == backend.Exclusive && claim.Kind == backend.Shared:
+		return nil, nil, fmt.Errorf("%w: owner %q holds the exclusive hold, and a shared handle on it would not downgrade it: release the write lock first",
+			ErrKindMismatch, k.owner)
 	case !covers(ent.claim, claim):
 		return nil, nil, fmt.Errorf("%w: owner %q holds the key as %s, which does not cover a request for %s",
 			ErrKindMismatch, k.owner, describeClaim(ent.claim), describeClaim(claim))
@@ -154,14 +161,10 @@ func (c *client) reenterLocked(k ownedKey, ent *owned, claim backend.Claim, wait
 
 // covers reports whether an owner holding held may take req by reentry.
 func covers(held, req backend.Claim) bool {
-	switch held.Kind {
-	case backend.Exclusive:
-		return req.Kind != backend.Permit
-	case backend.Shared:
-		return req.Kind == backend.Shared
-	default:
+	if held.Kind == backend.Permit {
 		return req.Kind == backend.Permit && req.Limit == held.Limit && req.Weight <= held.Weight
 	}
+	return req.Kind == held.Kind
 }
 
 // describeClaim names a claim in messages.

@@ -28,9 +28,9 @@
 // Refresh's alike (a Refresh that returns before sending one, on a lock
 // already lost, is not counted). locker.handoff.duration is the time from a
 // release notice to the acquisition it let through, where the Locker waits
-// for a backend that sends release notices (redis); backends that wait
-// natively (memory, redlock, zookeeper, etcd) hand over inside the driver,
-// where it is not measured: there, see locker.acquire.duration.
+// for a backend that sends release notices (redis, postgres); backends
+// that wait natively (memory, redlock, zookeeper, etcd) hand over inside
+// the driver, where it is not measured: there, see locker.acquire.duration.
 //
 // Spans (name, attributes), one per call of the method:
 //
@@ -48,7 +48,8 @@
 //
 // Attributes and their values:
 //
-//	locker.backend    the driver's package name: memory, redis, redlock, zookeeper, etcd
+//	locker.backend    the driver's package name: memory, redis, redlock, zookeeper, etcd,
+//	                  postgres
 //	locker.operation  acquire, try_acquire
 //	locker.outcome    acquire and try_acquire: acquired, busy, timeout, error
 //	                  refresh: refreshed, not_held, error

@@ -115,6 +115,10 @@ type Busy struct {
 	// TTL, so that the mark does not lapse while it waits. A waiter that
 	// crashes leaves the mark to lapse at its TTL.
 	Withdraw func(ctx context.Context)
+	// InUse, for a semaphore's request (Permit), is how many of the key's
+	// permits its holds take, where the driver knows; 0 when it does not.
+	// Package locker reports it ("no permit free: 3 of 3 in use").
+	InUse int
 }
 
 func (b *Busy) Error() string {

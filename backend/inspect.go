@@ -38,7 +38,7 @@ type Holder struct {
 	// Detail.
 	Held bool
 	// Token is the holder's Lock.Token, where the backend stores it on
-	// the server (memory, redis, redlock); "" where it does not
+	// the server (memory, redis, redlock, postgres); "" where it does not
 	// (zookeeper, etcd, whose queue entries are named otherwise).
 	Token string
 	// Fence is the holder's fencing token, meaningful when Fenced is

@@ -59,7 +59,7 @@
 // goes; to see it for the embedded backend and for each server:
 //
 //	go test -count=1 -v -run 'TestConformance' ./memory
-//	eval $(scripts/services.sh env) && go test -count=1 -v -run 'TestConformance' ./redis ./redlock ./zookeeper ./etcd
+//	eval $(scripts/services.sh env) && go test -count=1 -v -run 'TestConformance' ./redis ./redlock ./zookeeper ./etcd ./postgres
 package conformance
 
 import (

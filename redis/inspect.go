@@ -34,16 +34,17 @@ var _ backend.Inspector = (*driver)(nil)
 // moved there, the one it had (Fenced false when it had none yet, until
 // it asks).
 //
-// Detail: "key" and "fence key", the server keys; "last fence", the
-// counter's, when it is not the holder's (a free key, a holder that has
-// not minted one, or a key of shared or permit holds, where it is the
-// latest grant's).
+// Detail: "redis key" and "redis fence key", the server keys (named
+// apart from the key Inspect was given); "last fence", the counter's,
+// when it is not the holder's (a free key, a holder that has not minted
+// one, or a key of shared or permit holds, where it is the latest
+// grant's).
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
 	st, err := redisconn.InspectKey(ctx, d.c, lockKey(key), fenceKey(key))
 	if err != nil {
 		return backend.Holder{}, err
 	}
-	h := backend.Holder{Detail: map[string]string{"key": lockKey(key), "fence key": fenceKey(key)}}
+	h := backend.Holder{Detail: map[string]string{"redis key": lockKey(key), "redis fence key": fenceKey(key)}}
 	if len(st.Holds) > 0 {
 		return holdsOf(h, st), nil
 	}

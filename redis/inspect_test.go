@@ -83,7 +83,7 @@ func TestInspectDetail(t *testing.T) {
 	key := inspecttest.Key(t)
 	lk := inspecttest.Acquire(t, l, key, time.Minute)
 	h := inspecttest.Inspect(t, l, key)
-	if h.Detail["key"] != redis.LockKey(key) || h.Detail["fence key"] != redis.LockKey(key)+":fence" {
+	if h.Detail["redis key"] != redis.LockKey(key) || h.Detail["redis fence key"] != redis.LockKey(key)+":fence" || h.Detail["key"] != "" {
 		t.Errorf("Detail = %q, want the lock key %q and its fence key", h.Detail, redis.LockKey(key))
 	}
 	if h.TTL <= 50*time.Second {

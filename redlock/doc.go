@@ -297,8 +297,8 @@
 // compare-and-set instead. Both are right about their assumptions: use
 // Redlock for efficiency (avoiding duplicate work) or where the protected
 // resource checks Token() itself; where a second holder would corrupt
-// data, use a backend that mints fences (zookeeper, etcd, or the redis
-// backend, whose fences rest on one server's counter and clock).
+// data, use a backend that mints fences (zookeeper, etcd, postgres, or the
+// redis backend, whose fences rest on one server's counter and clock).
 //
 // # Operating it
 //

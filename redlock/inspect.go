@@ -29,8 +29,9 @@ var _ backend.Inspector = (*driver)(nil)
 // they wait for release notices, and nothing on the nodes lists them.
 // Fewer than a majority of nodes answering is an error naming them.
 //
-// Detail: "key", the lock key on every node; per node, under its address,
-// "token T, ttl D" (a mutex's holder without a value), the family and
+// Detail: "redis key", the lock key on every node (named apart from the
+// key Inspect was given); per node, under its address, "token T, ttl D"
+// (a mutex's holder without a value), the family and
 // each holder of a hash of holders ("shared: token A, ttl D; token B,
 // ...", "permit 3: token A, weight 2, ttl D; ...", "exclusive: token A,
 // ttl D, value N bytes"), "free" or its error; and,
@@ -40,7 +41,7 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 	states, errs := onEvery(ctx, d, func(ctx context.Context, i int) (redisconn.KeyState, error) {
 		return redisconn.InspectKey(ctx, d.nodes[i].c, lockKey(key), "")
 	})
-	h := backend.Holder{Detail: map[string]string{"key": lockKey(key)}}
+	h := backend.Holder{Detail: map[string]string{"redis key": lockKey(key)}}
 	var failed []string
 	holders := map[string]*copies{} // by token
 	for i, n := range d.nodes {

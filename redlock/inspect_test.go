@@ -80,9 +80,9 @@ func TestInspectNodes(t *testing.T) {
 	if want := "5 of 5 nodes hold token " + lk.Token(); h.Detail["majority"] != want {
 		t.Errorf(`Detail["majority"] = %q, want %q`, h.Detail["majority"], want)
 	}
-	serverKey := h.Detail["key"]
+	serverKey := h.Detail["redis key"]
 	if !strings.HasPrefix(serverKey, "redlock:{k:") {
-		t.Fatalf(`Detail["key"] = %q, want the lock key on the nodes`, serverKey)
+		t.Fatalf(`Detail["redis key"] = %q, want the lock key on the nodes`, serverKey)
 	}
 	if err := lk.Release(context.Background()); err != nil {
 		t.Fatal(err)

@@ -285,7 +285,7 @@ func (s *summary) fencingVerdict() string {
 	default:
 		return fmt.Sprintf("%d stale write(s) ACCEPTED: %s cannot mint safe fencing tokens (Fence() returns false), so the "+
 			"storage had nothing to compare and the paused worker overwrote newer data. Where a holder may pause "+
-			"past its TTL, use a backend with fencing (redis, zookeeper, etcd).", s.StaleAccepted, s.Backend)
+			"past its TTL, use a backend with fencing (redis, zookeeper, etcd, postgres).", s.StaleAccepted, s.Backend)
 	}
 }
 

@@ -181,9 +181,15 @@ func printDiagnosis(w io.Writer, out doctorOutput) {
 	fmt.Fprintf(tw, "STATUS\tCHECK\tTARGET\tFOUND\n")
 	counts := map[locker.Status]int{}
 	servers := serverCount(out.Findings)
+	// A terminal's width is a reader's; a pipe's reader (tail, grep) is
+	// owed the whole sentence.
+	cut := 0
+	if r, ok := w.(io.Reader); ok && isTerminal(r) {
+		cut = maxFound
+	}
 	for _, f := range out.Findings {
 		counts[f.Status]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.ToUpper(f.Status.String()), f.Check, targetCell(f.Targets, servers), firstSentence(f.Detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.ToUpper(f.Status.String()), f.Check, targetCell(f.Targets, servers), firstSentence(f.Detail, cut))
 	}
 	tw.Flush()
 	for _, f := range out.Findings {
@@ -228,15 +234,19 @@ func targetCell(targets []string, all int) string {
 	}
 }
 
-// firstSentence shortens a detail for the table: its first sentence, at
-// most 100 characters; the whole text follows below the table for what
-// did not pass.
-func firstSentence(s string) string {
+// maxFound is how many characters of a detail the table shows on a
+// terminal.
+const maxFound = 100
+
+// firstSentence shortens a detail for the table: its first sentence, cut
+// to at most limit characters unless limit is 0; the whole text follows
+// below the table for what did not pass.
+func firstSentence(s string, limit int) string {
 	if i := strings.Index(s, ". "); i >= 0 {
 		s = s[:i+1]
 	}
-	if r := []rune(s); len(r) > 100 {
-		s = string(r[:99]) + "…"
+	if r := []rune(s); limit > 0 && len(r) > limit {
+		s = string(r[:limit-1]) + "…"
 	}
 	return s
 }

@@ -50,3 +50,22 @@ func TestGroupFindings(t *testing.T) {
 		}
 	}
 }
+
+// TestDoctorFoundUncutWhenPiped: written to what is not a terminal (a
+// pipe into tail or grep, a file), the FOUND column keeps the whole first
+// sentence of a long detail; a terminal gets it cut to maxFound.
+func TestDoctorFoundUncutWhenPiped(t *testing.T) {
+	long := "the server's maxmemory-policy is allkeys-lru, which evicts any key when memory runs short, lock keys included, so a held lock can vanish"
+	out := doctorOutput{URL: "redis://a:1", Backend: "redis", Findings: []doctorFinding{
+		{Check: "eviction", Status: locker.Fail, Targets: []string{"a:1"}, Detail: long, Fix: "set maxmemory-policy noeviction"},
+	}}
+	var b bytes.Buffer
+	printDiagnosis(&b, out)
+	table, _, _ := strings.Cut(b.String(), "\nFAIL eviction")
+	if !strings.Contains(table, long) || strings.Contains(table, "…") {
+		t.Errorf("the table written to a buffer cuts the detail:\n%s", table)
+	}
+	if got := firstSentence(long, maxFound); len([]rune(got)) != maxFound || !strings.HasSuffix(got, "…") {
+		t.Errorf("firstSentence for a terminal = %q, want it cut to %d characters", got, maxFound)
+	}
+}

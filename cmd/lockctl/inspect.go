@@ -319,7 +319,7 @@ func printHolds(w io.Writer, hs []holdOutput, held bool, caps locker.Capabilitie
 	for i, h := range hs {
 		kind := orUnknown(h.Kind)
 		if h.Kind == backend.Permit.String() {
-			kind = fmt.Sprintf("permit %d of %d", h.Weight, h.Limit)
+			kind = fmt.Sprintf("%d permit%s of %d", h.Weight, plural(h.Weight), h.Limit)
 		}
 		if !held {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\n", i+1, kind, detailText(h.Detail))

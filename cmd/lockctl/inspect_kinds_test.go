@@ -171,12 +171,12 @@ func TestInspectSemaphore(t *testing.T) {
 		t.Errorf("queue %+v, want one permit of weight 2 of 3", out.Queue)
 	}
 	_, text := k.inspect(false)
-	for _, want := range []string{"yes, by a semaphore of 3 permits: 3 taken by 2 holders", "permit 1 of 3", "permit 2 of 3"} {
+	for _, want := range []string{"yes, by a semaphore of 3 permits: 3 taken by 2 holders", "1 permit of 3", "2 permits of 3"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("inspect's text does not say %q:\n%s", want, text)
 		}
 	}
-	if strings.Count(text, "permit 2 of 3") != 2 { // the holder and the waiter
+	if strings.Count(text, "2 permits of 3") != 2 { // the holder and the waiter
 		t.Errorf("the waiter of 2 permits is not listed:\n%s", text)
 	}
 }

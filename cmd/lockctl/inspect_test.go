@@ -51,6 +51,7 @@ func TestInspectAndForceRelease(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^held +yes$`).MatchString(r.stdout) || (held.Token != "" && !strings.Contains(r.stdout, held.Token)) {
 			t.Errorf("inspect's table does not show the holder:\n%s", r.stdout)
 		}
+		wantDistinctRows(t, r.stdout)
 
 		wantCode(t, runLockctl(t, env, "release", key), exitError, "release takes --force")
 		wantCode(t, runLockctl(t, env, "release", "--force", key), exitError, "add --yes")
@@ -70,6 +71,21 @@ func TestInspectAndForceRelease(t *testing.T) {
 		}
 		os.WriteFile(goPath, nil, 0o600)
 	})
+}
+
+// wantDistinctRows checks that no two rows of inspect's table (the lines
+// before its first blank line) have the same label.
+func wantDistinctRows(t *testing.T, text string) {
+	t.Helper()
+	table, _, _ := strings.Cut(text, "\n\n")
+	seen := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		label, _, _ := strings.Cut(line, "  ")
+		if seen[label] {
+			t.Errorf("inspect's table has two rows labelled %q:\n%s", label, text)
+		}
+		seen[label] = true
+	}
 }
 
 func jsonNumber(n uint64) string {

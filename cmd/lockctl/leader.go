@@ -33,17 +33,17 @@ key; with --json, "leader" is false when no one leads.
 
 The term is the leader's fencing token, larger for every new leader.
 Redlock mints none: its leaders have no term. The token is shown where the
-backend stores tokens on the server (memory, Redis, Redlock).
+backend stores tokens on the server (memory, Redis, Redlock, PostgreSQL).
 
 --watch prints the leader, then every change as the library's
 Election.Observe reports it (a new leader, a new value), one line each,
 until interrupted (SIGINT, SIGTERM; exit 0). If no one leads when it
 starts it says so once; after that it reports leaders, not their absence:
 a leader that resigns or dies shows as the next leader. Where the backend
-notifies (ZooKeeper, etcd, memory; Redis and Redlock through their release
-notices, and a dead Redis leader once its TTL has run out), changes show
-within a round trip; elsewhere within a second. With --json each line is
-one JSON object, stamped with when it was seen.
+notifies (ZooKeeper, etcd, memory; Redis, Redlock and PostgreSQL through
+their release notices, and a dead Redis leader once its TTL has run out),
+changes show within a round trip; elsewhere within a second. With --json
+each line is one JSON object, stamped with when it was seen.
 
 The answer is a snapshot: the leader may resign or lose the election right
 after. Use the same URL and prefix (?prefix=) as the campaigners do.`

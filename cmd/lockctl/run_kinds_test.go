@@ -27,11 +27,11 @@ func TestRunKindFlagsRefused(t *testing.T) {
 		flags []string
 		want  string
 	}{
-		{[]string{"--shared", "--limit", "2"}, "--shared --limit 2: Shared and Limit together"},
-		{[]string{"--weight", "2"}, "--weight 2: Weight(2) without Limit"},
-		{[]string{"--limit", "0"}, "--limit 0: Limit(0): a semaphore has at least one permit"},
+		{[]string{"--shared", "--limit", "2"}, "--shared --limit 2: invalid option: Shared and Limit together"},
+		{[]string{"--weight", "2"}, "--weight 2: invalid option: Weight(2) without Limit"},
+		{[]string{"--limit", "0"}, "--limit 0: invalid option: Limit(0): a semaphore has at least one permit"},
 		{[]string{"--limit", "-3"}, "Limit(-3)"},
-		{[]string{"--limit", "2", "--weight", "3"}, "--limit 2 --weight 3: Weight(3): a hold takes from 1 to the Limit of 2 permits"},
+		{[]string{"--limit", "2", "--weight", "3"}, "--limit 2 --weight 3: invalid option: Weight(3): a hold takes from 1 to the Limit of 2 permits"},
 		{[]string{"--limit", "2", "--weight", "0"}, "Weight(0)"},
 	} {
 		args := append(append([]string{"run", "--url", "redis://127.0.0.1:1"}, tc.flags...), "k", "--", "no-such-command-here")

@@ -13,6 +13,7 @@ import (
 	"github.com/distlock/locker"
 	_ "github.com/distlock/locker/etcd"      // etcd://, etcds://
 	_ "github.com/distlock/locker/memory"    // memory://
+	_ "github.com/distlock/locker/postgres"  // postgres://, postgresql://
 	_ "github.com/distlock/locker/redis"     // redis://, rediss://
 	_ "github.com/distlock/locker/redlock"   // redlock://
 	_ "github.com/distlock/locker/zookeeper" // zookeeper://, zk://

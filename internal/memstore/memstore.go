@@ -189,7 +189,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	s.mu.Lock()
 	acq, e, notify, err := d.admitLocked(req)
 	if err == nil && e != nil {
-		err = &backend.Busy{Remaining: e.soonestExpiryLocked()}
+		err = &backend.Busy{Remaining: e.soonestExpiryLocked(), InUse: e.permitsLocked(req)}
 		s.deleteIfIdleLocked(e)
 	}
 	s.mu.Unlock()
@@ -238,6 +238,20 @@ func (e *entry) claimsLocked() []backend.Claim {
 		}
 	}
 	return queue
+}
+
+// permitsLocked is how many permits e's holds take, for req a semaphore's
+// request; 0 for any other.
+func (e *entry) permitsLocked(req backend.Request) int {
+	if req.Kind != backend.Permit {
+		return 0
+	}
+	var n int64
+	for el := e.holds.Front(); el != nil; el = el.Next() {
+		u, _ := el.Value.(*hold).claim.Units()
+		n += u
+	}
+	return int(n)
 }
 
 // soonestExpiryLocked is how long until the first of e's holds expires.

@@ -76,7 +76,7 @@ type Settings struct {
 
 // Backend is one deployment named by a --url.
 type Backend struct {
-	Name    string `json:"name"`    // the backend: redis, redlock, zookeeper, etcd, memory
+	Name    string `json:"name"`    // the backend: redis, redlock, zookeeper, etcd, postgres, memory
 	URL     string `json:"url"`     // redacted
 	Servers string `json:"servers"` // what the servers report of their version, where known
 	// Capabilities as the Locker reports them.
