@@ -42,6 +42,10 @@ type ownerCtxKey struct{}
 // owner's first acquisition of a key is waiting, its other Acquire calls
 // on the key wait for its outcome, and TryAcquire calls fail with
 // ErrNotAcquired. An empty owner is no owner.
+//
+// An Election's Campaign ignores the owner: leadership is never
+// reentrant, so a Campaign under an owner waits for a leadership that the
+// owner holds through another Election, like any other campaigner.
 func WithOwner(ctx context.Context, owner string) context.Context {
 	return context.WithValue(ctx, ownerCtxKey{}, owner)
 }
