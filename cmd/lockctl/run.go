@@ -93,8 +93,8 @@ agree on what it is: a --limit that differs from the holders' or waiters',
 or --shared on a semaphore's key, fails (exit 125). Where the backend
 queues waiters (memory, ZooKeeper, etcd) they are served in order, so a
 writer waiting behind readers is not overtaken by readers that come after
-it; Redis and Redlock keep no queue, and a writer may wait as long as
-readers overlap. A backend that does not admit shared holds or semaphores
+it; Redis, Redlock and PostgreSQL keep no queue, but a waiting writer
+marks the key so that no new reader gets in ahead of it. A backend that does not admit shared holds or semaphores
 (Capabilities.Shared, Capabilities.Permits, which lockctl check and lockctl
 demo print) refuses these flags with exit 125.
 A shared holder's or a permit holder's LOCKER_FENCE increases with every

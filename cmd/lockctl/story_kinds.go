@@ -243,8 +243,9 @@ func fencePtr(lock locker.Lock) *uint64 {
 // readersAndWriter: two readers share the key; a writer asks for it and
 // waits; one reader finishes and asks again, after the writer; the other
 // finishes. Where the backend queues, the writer goes next and the
-// returning reader after it; where it does not, the reader may overtake
-// the writer, which then waits for it too.
+// returning reader after it; where it does not, the writer's mark keeps
+// the reader out until the writer has had the key (a backend without such
+// a mark lets the reader overtake the writer, which the summary counts).
 func (s *story) readersAndWriter(ctx context.Context) error {
 	const title = "Readers share, a writer waits"
 	rw := &rwSummary{FIFO: s.caps.FIFO}
@@ -273,7 +274,8 @@ func (s *story) queueText() string {
 	if s.caps.FIFO {
 		return "waits behind it: " + s.caps.Name + " grants in queue order, so readers cannot starve a writer"
 	}
-	return "may overtake it: " + s.caps.Name + " keeps no queue, and a writer waits as long as readers overlap"
+	return "waits for it too: " + s.caps.Name + " keeps no queue, but a waiting writer marks the key so that no new reader gets in ahead of it\n" +
+		"(a backend without such a mark would let the reader overtake the writer)"
 }
 
 // rwPhase is one telling of readersAndWriter.
