@@ -652,6 +652,21 @@ func caseWriterNotStarved(t *T) {
 // writer not admitted by then waits as long as readers keep coming.
 const starveRounds = 4
 
+// writerBehindReader has a reader hold key (for LongTTL) and a writer of
+// another client wait behind it, and returns the queue's watcher, the
+// reader's lock and the writer's pending Acquire.
+func writerBehindReader(t *T, key, reader, writer string) (*queueing, locker.Lock, *pending) {
+	a := t.Locker()
+	q := &queueing{t: t, l: a, key: key}
+	held := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
+	pw := t.startAcquire(writer, t.Locker(), key)
+	q.until(1, pw)
+	if pw.returned() {
+		t.Fatalf("%s's Acquire returned while %s held the key: %s%s", writer, reader, pw.outcome(), q.note())
+	}
+	return q, held, pw
+}
+
 // overlappingReaders has reader R1 hold the key and a writer wait for it;
 // then a new reader arrives each round and the one before it leaves, so
 // that the key never lacks a reader. A new reader must not get in while
@@ -659,14 +674,7 @@ const starveRounds = 4
 // once the readers holding it leave.
 func overlappingReaders(t *T) {
 	key := t.Key("rw")
-	a := t.Locker()
-	q := &queueing{t: t, l: a, key: key}
-	held := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
-	pw := t.startAcquire("the writer", t.Locker(), key)
-	q.until(1, pw)
-	if pw.returned() {
-		t.Fatalf("the writer's Acquire returned while reader R1 held the key: %s%s", pw.outcome(), q.note())
-	}
+	q, held, pw := writerBehindReader(t, key, "reader R1", "the writer")
 	for i := 2; i < starveRounds+2; i++ {
 		pr := t.startAcquire(fmt.Sprintf("reader R%d", i), t.Locker(), key, locker.Shared())
 		q.until(2, pw, pr)
@@ -742,14 +750,7 @@ func caseReadersAfterWriter(t *T) {
 // is half the TTL of every hold.
 func readersAfterWriter(t *T, how string) {
 	key := t.Key("rw-" + how)
-	a := t.Locker()
-	q := &queueing{t: t, l: a, key: key}
-	r0 := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
-	w := t.startAcquire("writer W", t.Locker(), key)
-	q.until(1, w)
-	if w.returned() {
-		t.Fatalf("writer W's Acquire returned while reader R0 held the key: %s%s", w.outcome(), q.note())
-	}
+	q, r0, w := writerBehindReader(t, key, "reader R0", "writer W")
 	readers := make([]*pending, readersBehind)
 	for i := range readers {
 		readers[i] = t.startAcquire(fmt.Sprintf("reader R%d", i+1), t.Locker(), key, locker.Shared())
