@@ -334,6 +334,7 @@ func (c *client) acquireLock(ctx context.Context, lk *lock, claim backend.Claim,
 		start = time.Now()
 		acq, err = c.waiter.Acquire(ctx, req)
 	default:
+		req.Waiting = true
 		acq, start, err = c.waitLoop(ctx, req)
 	}
 	if err != nil {

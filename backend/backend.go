@@ -148,6 +148,14 @@ type Request struct {
 	// admits its length. A driver may keep the slice; the caller does not
 	// change it.
 	Value []byte
+	// Waiting says the attempt is one of a waiting Acquire's: package
+	// locker makes them all under one context, which ends when that
+	// Acquire returns, whether it took the key or not. A driver may leave
+	// a mark for the wait on the server (PostgreSQL's writer-waiting mark,
+	// which keeps new shared holds out) if the mark lapses by itself
+	// within the TTL after the latest attempt and the driver removes it
+	// when that context ends. A TryAcquire's attempt leaves nothing.
+	Waiting bool
 	// OnLost, if the driver learns that a held lock is gone before it is
 	// released (a ZooKeeper session expired, an etcd lease was revoked),
 	// is called once, from any goroutine. It must not block.

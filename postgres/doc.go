@@ -29,7 +29,7 @@
 // tables, a sequence and three functions ([SchemaSQL] prints them; so
 // does `lockctl schema`). Where the role may not, Open fails with an error
 // that says so and what to run. The objects' names carry a version
-// (acquire_v1), so that a later version of this package can add its own
+// (acquire_v2), so that a later version of this package can add its own
 // beside them while clients of both run.
 //
 //   - locks: one row per key while it is held (or was, until a sweep).
@@ -63,7 +63,7 @@
 // the shared and permit holds' function call pipelined beside it.
 //
 // Shared and permit holds, and a mutex whose fence is minted with its
-// grant, are taken by the function acquire_v1 in one call: it locks the
+// grant, are taken by the function acquire_v2 in one call: it locks the
 // key's row (creating it when missing), drops lapsed holds, checks the
 // family and the room by package backend's admission rule, and inserts
 // the hold with a fence from the sequence.
@@ -81,7 +81,7 @@
 // # Fences
 //
 // Fences come from one sequence per schema. A fence is minted while the
-// key's row is locked by the statement that mints it (acquire_v1, or the
+// key's row is locked by the statement that mints it (acquire_v2, or the
 // UPDATE of MintFence, which re-checks its token on the row version it
 // updates), so every grant on a key between two fences is ordered between
 // them: fences increase with grants per key, across kinds and across
@@ -89,7 +89,7 @@
 // crash it may skip values). A mutex taken by the one-statement INSERT
 // mints its fence only when asked for (Lock.Fence), with an UPDATE that
 // checks the token; from then on that Locker's exclusive acquisitions mint
-// theirs with the grant, in acquire_v1, at no extra round trip.
+// theirs with the grant, in acquire_v2, at no extra round trip.
 //
 // A failover to an asynchronous replica breaks both mutual exclusion and
 // fences, as it does for Redis with Sentinel: rows and sequence values the
@@ -154,7 +154,7 @@
 // that pgx watches during each statement); a key handed between waiters
 // costs one notifying release and one take. A mutex whose fence is
 // minted with its grant (once a Locker's lock asked for a fence) goes
-// through acquire_v1, a plpgsql call: about 0.65x the raw pair
+// through acquire_v2, a plpgsql call: about 0.65x the raw pair
 // (BenchmarkAcquireRelease/fenced and BenchmarkTurns in this package).
 //
 // Each refresh writes a row: 100,000 locks at a 3 s TTL are about 100,000
