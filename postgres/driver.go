@@ -206,8 +206,9 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 func fromMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // TryAcquire takes the key: an exclusive hold with one INSERT (its fence
-// minted when asked for, MintFence), or, once a lock of this Locker was
-// asked for its fence, through acquire_v2, which mints it; a shared or
+// minted when asked for, MintFence), or through acquire_v2 for a waiting
+// Acquire (which marks the key when readers keep it out) or once a lock
+// of this Locker was asked for its fence (it then mints it); a shared or
 // permit hold through acquire_v2, which mints its fence too.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	if req.Kind != backend.Exclusive || req.Waiting || d.wantFence.Load() {
@@ -264,7 +265,7 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 	var remaining *int64
 	pid, err := d.onConn(ctx, func(c *pgxpool.Conn) error {
 		return c.QueryRow(ctx, d.sql.acquire, []byte(req.Key), req.Token, int16(req.Kind), int32(req.Limit),
-			int32(req.Weight), nullable(req.Value), micros(req.TTL), req.Kind == backend.Exclusive, req.Waiting).
+			int32(req.Weight), nullable(req.Value), micros(req.TTL), req.Kind == backend.Exclusive && d.wantFence.Load(), req.Waiting).
 			Scan(&granted, &fence, &mismatch, &heldKind, &heldLim, &remaining)
 	})
 	if err != nil {
