@@ -600,3 +600,82 @@ func caseKindMismatch(t *T) {
 	t.Release(x)
 	t.Release(t.TryAcquire(b, key, locker.Limit(2), long))
 }
+
+func caseWriterNotStarved(t *T) {
+	skipUnlessShared(t)
+	overlappingReaders(t)
+	crashedWaitingWriter(t)
+}
+
+// starveRounds is how many readers in turn overlapping-readers lets
+// arrive while its writer waits, each before the last one leaves: a
+// writer not admitted by then waits as long as readers keep coming.
+const starveRounds = 4
+
+// overlappingReaders has reader R1 hold the key and a writer wait for it;
+// then a new reader arrives each round and the one before it leaves, so
+// that the key never lacks a reader. A new reader must not get in while
+// the writer waits: it waits (or is refused), and the writer gets the key
+// once the readers holding it leave.
+func overlappingReaders(t *T) {
+	key := t.Key("rw")
+	a := t.Locker()
+	q := &queueing{t: t, l: a, key: key}
+	held := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
+	pw := t.startAcquire("the writer", t.Locker(), key)
+	q.until(1, pw)
+	if pw.returned() {
+		t.Fatalf("the writer's Acquire returned while reader R1 held the key: %s%s", pw.outcome(), q.note())
+	}
+	for i := 2; i < starveRounds+2; i++ {
+		pr := t.startAcquire(fmt.Sprintf("reader R%d", i), t.Locker(), key, locker.Shared())
+		q.until(2, pw, pr)
+		if pw.returned() {
+			t.Fatalf("the writer's Acquire returned while reader R%d held the key: %s", i-1, pw.outcome())
+		}
+		if !pr.returned() {
+			// The reader waits behind the writer: once the readers
+			// holding the key leave, the writer gets it, and the reader
+			// waits for the writer.
+			t.Release(held)
+			lkW := t.await(pw, t.LongTTL()/2, fmt.Sprintf("the only reader released while the writer and reader R%d waited", i))
+			if pr.returned() {
+				t.Fatalf("reader R%d's Acquire returned while the writer held the key: %s", i, pr.outcome())
+			}
+			t.Release(lkW)
+			t.Release(t.await(pr, t.LongTTL()/2, "the writer released"))
+			return
+		}
+		if pr.err != nil {
+			t.Fatalf("reader R%d's Acquire failed while reader R%d held the key and the writer waited: %v", i, i-1, pr.err)
+		}
+		// R_i got in beside R_{i-1}: R_{i-1} leaves, R_i holds on.
+		t.Release(held)
+		held = pr.lk
+	}
+	t.Fatalf("the writer waited through %d readers in turn, each admitted beside the last while the writer waited%s: readers that overlap starve a writer",
+		starveRounds, q.note())
+}
+
+// crashedWaitingWriter cuts off a writer while it waits behind reader R1:
+// whatever the writer left to keep new readers out, a new reader gets in
+// within TTL + ExpirySlack of the cut (the writer's TTL), while R1 still
+// holds the key.
+func crashedWaitingWriter(t *T) {
+	key := t.Key("crashed-writer")
+	a, b := t.Locker(), t.Locker()
+	q := &queueing{t: t, l: a, key: key}
+	held := t.TryAcquire(a, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
+	c := t.CrashableClient()
+	pw := t.startAcquire("the writer", c.Locker, key, locker.WithTTL(t.TTL()))
+	q.until(1, pw)
+	if pw.returned() {
+		t.Fatalf("the writer's Acquire returned while reader R1 held the key: %s%s", pw.outcome(), q.note())
+	}
+	c.Crash()
+	lk := t.AcquireWithin(b, key, t.ExpiryBound(t.TTL()),
+		fmt.Sprintf("the writer (TTL %v) was cut off while it waited behind reader R1, which still holds the key; a new reader", t.TTL()),
+		locker.Shared())
+	t.Release(lk)
+	t.Release(held)
+}
