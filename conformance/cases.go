@@ -39,6 +39,7 @@ var cases = []Case{
 	{"fencing", "Fence is strictly increasing across successive holders of a key where Capabilities.Fencing is true, and reports ok=false where it is not", caseFencing},
 	{"stale-fence", "Where Capabilities.Fencing is true, a holder whose lock expired or was released by force, and that asks for its fence only after its successor got one, gets none (ok=false) or one below the successor's, never one above: a fence minted on demand is minted only while the lock is the holder's", caseStaleFence},
 	{"lost-on-expiry", "With auto-refresh off, Lost stays open while the lock is valid and closes once its TTL runs out", caseLostOnExpiry},
+	{"no-early-takeover", "A lock that is not refreshed cannot be taken by another client before its validity (Until: the TTL from the sending of its request, less the drift allowance) has run out", caseNoEarlyTakeover},
 	{"do-cancels-on-loss", "Do runs fn under the lock, cancels fn's context when the lock is lost, and reports the loss as ErrNotHeld", caseDoCancelsOnLoss},
 	{"mutual-exclusion-stress", "Independent clients hammering one key never overlap in the critical section, and a fencing-checked resource accepts every write", caseStress},
 	{"semaphore-limit", "A semaphore of n permits never has more than n held at once: n + 2 clients trying at once get n between them; a request that needs more permits than are left is refused, and gets in once a release frees them", caseSemaphoreLimit},

@@ -147,7 +147,7 @@ func benchLocker(b *testing.B, p *pgxpool.Pool) locker.Locker {
 //     "locker-autorefresh" with it on, as an application uses it;
 //   - "fenced": a Locker whose holders ask for the fence every time (the
 //     first mints it in a round trip of its own; from then on the Locker
-//     mints with each acquisition, in acquire_v1).
+//     mints with each acquisition, in acquire_v2).
 //
 // Compare ops/s between sub-benchmarks: locker/raw is what the Locker
 // costs over the least a lease row costs.

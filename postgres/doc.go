@@ -25,12 +25,23 @@
 //
 // # The tables
 //
-// Open creates, when they are missing and the role may, a schema with two
-// tables, a sequence and three functions ([SchemaSQL] prints them; so
-// does `lockctl schema`). Where the role may not, Open fails with an error
-// that says so and what to run. The objects' names carry a version
-// (acquire_v1), so that a later version of this package can add its own
-// beside them while clients of both run.
+// Open creates, when they are missing and the role may, a schema with
+// three tables, a sequence and three functions ([SchemaSQL] prints them;
+// so does `lockctl schema`). Where the role may not, Open fails with an
+// error that says so and what to run. Open then checks, in the same
+// round trip as it looks for them, that the role may use the schema and
+// every object (USAGE on the schema and the sequence, SELECT, INSERT,
+// UPDATE and DELETE on the tables, EXECUTE on the functions), and fails
+// naming what it lacks and the GRANTs to run ([GrantSQL]; `lockctl schema
+// --grant ROLE` prints them after the schema's SQL), rather than at the
+// first acquisition. The functions' names carry a version (acquire_v2),
+// so that a later version of this package can add its own beside them
+// while clients of both run: version 2 added writer_marks and the _v2
+// functions, and running SchemaSQL on a version 1 schema adds them (the
+// role then needs the grants on writer_marks). Clients of version 1 keep
+// calling the _v1 functions, which ignore writer marks: their readers may
+// still come in ahead of a waiting writer, which delays the writer but
+// breaks no lock.
 //
 //   - locks: one row per key while it is held (or was, until a sweep).
 //     For a mutex the row is the hold: the holder's token, its value, its
@@ -41,6 +52,8 @@
 //     locks then names the family (kind and limit) and carries the latest
 //     expiry of its holds, so that a mutex or writer request sees the key
 //     taken while any of them is live.
+//   - writer_marks: a row per writer waiting for a key that shared holds
+//     keep from it (see Waiting), with an expiry on the server's clock.
 //   - fences: the sequence every fence comes from.
 //
 // # Acquire, refresh, release
@@ -63,7 +76,7 @@
 // the shared and permit holds' function call pipelined beside it.
 //
 // Shared and permit holds, and a mutex whose fence is minted with its
-// grant, are taken by the function acquire_v1 in one call: it locks the
+// grant, are taken by the function acquire_v2 in one call: it locks the
 // key's row (creating it when missing), drops lapsed holds, checks the
 // family and the room by package backend's admission rule, and inserts
 // the hold with a fence from the sequence.
@@ -81,7 +94,7 @@
 // # Fences
 //
 // Fences come from one sequence per schema. A fence is minted while the
-// key's row is locked by the statement that mints it (acquire_v1, or the
+// key's row is locked by the statement that mints it (acquire_v2, or the
 // UPDATE of MintFence, which re-checks its token on the row version it
 // updates), so every grant on a key between two fences is ordered between
 // them: fences increase with grants per key, across kinds and across
@@ -89,7 +102,7 @@
 // crash it may skip values). A mutex taken by the one-statement INSERT
 // mints its fence only when asked for (Lock.Fence), with an UPDATE that
 // checks the token; from then on that Locker's exclusive acquisitions mint
-// theirs with the grant, in acquire_v1, at no extra round trip.
+// theirs with the grant, in acquire_v2, at no extra round trip.
 //
 // A failover to an asynchronous replica breaks both mutual exclusion and
 // fences, as it does for Redis with Sentinel: rows and sequence values the
@@ -107,9 +120,25 @@
 // configuration, on the first wait): the release of a key nobody waits for
 // notifies no one. A waiter is not woken by a holder's expiry: it tries
 // again when the holder's remaining TTL, as read when it found the key
-// taken, has passed. Waiters are not queued: Capabilities().FIFO is false,
-// and a writer waiting for readers waits while readers overlap, as on
-// Redis.
+// taken, has passed. Waiters are not queued: Capabilities().FIFO is false.
+//
+// A writer is not starved by readers that overlap: a waiting Acquire of
+// the write lock that shared holds keep out leaves a writer-waiting mark
+// (a row of writer_marks), and while a live mark is there acquire_v2
+// refuses new shared holds; the readers that hold the key keep their
+// holds and refresh them, and the writer gets the key when the last of
+// them leaves (its release notifies). Several writers may wait, each with
+// its mark; writers are not held back by marks, only readers. The mark
+// expires at the writer's TTL after its latest attempt, and a waiting
+// writer tries again within half its TTL, which keeps it alive; the
+// writer's grant removes it, and so does the end of its wait by a cancel
+// or Close (a DELETE that also wakes the readers it kept out, sent as the
+// Acquire returns). A writer that crashes while it waits keeps readers out
+// for no more than its TTL after its last attempt. TryAcquire leaves no
+// mark. As with every writer-preferring read/write lock, a reader that
+// already holds the key and asks for it again (without the owner that
+// makes the request reentrant) while a writer waits waits for that writer,
+// which waits for the reader: its Acquire ends only with its context.
 //
 // # Through a pooler
 //
@@ -154,7 +183,7 @@
 // that pgx watches during each statement); a key handed between waiters
 // costs one notifying release and one take. A mutex whose fence is
 // minted with its grant (once a Locker's lock asked for a fence) goes
-// through acquire_v1, a plpgsql call: about 0.65x the raw pair
+// through acquire_v2, a plpgsql call: about 0.65x the raw pair
 // (BenchmarkAcquireRelease/fenced and BenchmarkTurns in this package).
 //
 // Each refresh writes a row: 100,000 locks at a 3 s TTL are about 100,000

@@ -122,15 +122,10 @@ type timeoutSetting struct {
 
 // schemaFacts is what diagnose learned of the lock tables.
 type schemaFacts struct {
-	name      string
-	err       error // the tables could not be looked for
-	exists    bool  // the schema exists
-	usage     bool  // the role may use it
-	mayCreate bool  // the role may create what is missing
-	missing   []string
-	// lacking are the privileges the role lacks on the objects, as
-	// "PRIVILEGE on object".
-	lacking []string
+	name string
+	err  error // the tables could not be looked for
+	schemaState
+	mayCreate bool // the role may create what is missing
 }
 
 // timeoutNames are the settings the timeouts finding reads, in order.
@@ -236,44 +231,11 @@ func readTimeouts(ctx context.Context, c *pgx.Conn) ([]timeoutSetting, error) {
 // readSchema looks for the lock tables, and for what the role may do
 // with them or, when they are missing, whether it may create them.
 func readSchema(ctx context.Context, c *pgx.Conn, schema string, standby bool) schemaFacts {
-	f := schemaFacts{name: schema}
-	var dbCreate, schemaCreate bool
-	f.err = c.QueryRow(ctx, `SELECT n.oid IS NOT NULL, has_database_privilege(current_database(), 'CREATE'),
-			n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE'), n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'CREATE')
-		FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = $1`, schema).Scan(&f.exists, &dbCreate, &f.usage, &schemaCreate)
-	if f.err != nil {
-		return f
-	}
+	st, err := readSchemaState(ctx, c, schema)
 	// SchemaSQL begins with CREATE SCHEMA IF NOT EXISTS, which needs
 	// CREATE on the database even where the schema exists.
-	f.mayCreate = !standby && dbCreate && (!f.exists || schemaCreate)
-	if f.exists && !f.usage {
-		return f // the objects cannot be looked for: see the finding
-	}
-	if f.missing, f.err = missingObjects(ctx, c, schema); f.err != nil || len(f.missing) > 0 {
-		return f
-	}
-	var kinds, objects, privileges []string
-	objs := schemaObjects(schema)
-	for _, table := range objs[:2] {
-		for _, p := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
-			kinds, objects, privileges = append(kinds, "table"), append(objects, table), append(privileges, p)
-		}
-	}
-	kinds, objects, privileges = append(kinds, "sequence"), append(objects, objs[2]), append(privileges, "USAGE")
-	for _, fn := range objs[3:] {
-		kinds, objects, privileges = append(kinds, "function"), append(objects, fn), append(privileges, "EXECUTE")
-	}
-	rows, err := c.Query(ctx, `SELECT v.p || ' on ' || v.o FROM unnest($1::text[], $2::text[], $3::text[]) AS v(k, o, p)
-		WHERE NOT CASE v.k WHEN 'table' THEN has_table_privilege(v.o, v.p)
-			WHEN 'sequence' THEN has_sequence_privilege(v.o, v.p) ELSE has_function_privilege(v.o, v.p) END`,
-		kinds, objects, privileges)
-	if err != nil {
-		f.err = err
-		return f
-	}
-	f.lacking, f.err = pgx.CollectRows(rows, pgx.RowTo[string])
-	return f
+	return schemaFacts{name: schema, err: err, schemaState: st,
+		mayCreate: !standby && st.dbCreate && (!st.exists || st.schemaCreate)}
 }
 
 // medianRTT times pingSamples pings, each one round trip.
@@ -495,8 +457,7 @@ func (sf schemaFacts) lacks() string {
 
 // grants is the SQL that gives role what it needs on the schema's objects.
 func grants(schema, role string) string {
-	sc, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
-	return fmt.Sprintf("grant the role what it needs: GRANT USAGE ON SCHEMA %[1]s TO %[2]s; GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.locks, %[1]s.holds TO %[2]s; GRANT USAGE ON SEQUENCE %[1]s.fences TO %[2]s; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %[1]s TO %[2]s", sc, r)
+	return "grant the role what it needs: " + oneLineSQL(grantSQL(schema, role))
 }
 
 // timeoutFindings says what each of the session's timeouts does to the

@@ -86,7 +86,7 @@ func TestDiagnoseDevServer(t *testing.T) {
 	}
 	l.Close()
 	d = doctortest.Diagnose(t, "postgresql"+strings.TrimPrefix(u, "postgres"))
-	doctortest.WantStatus(t, doctortest.Finding(t, d, "schema", host), locker.Pass, "has the lock tables and functions of version v1, and role locker may use them")
+	doctortest.WantStatus(t, doctortest.Finding(t, d, "schema", host), locker.Pass, "has the lock tables and functions of version v2, and role locker may use them")
 	if d.Backend != "postgresql" {
 		t.Errorf("backend %q, want postgresql", d.Backend)
 	}

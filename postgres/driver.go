@@ -37,6 +37,7 @@ type statements struct {
 	takePrefix, acquirePrefix string
 	inspect, forceRelease     string
 	sweepLocks, sweepHolds    string
+	unmark, sweepMarks        string
 }
 
 func newStatements(schema string) statements {
@@ -87,14 +88,18 @@ func mutexStatements(s string) statements {
 }
 
 // holdStatements set the statements of shared holds and permits (rows in
-// holds) and of the grants that go through acquire_v1.
+// holds) and of the grants that go through acquire_v2.
 func (st *statements) holdStatements(s string) {
 	v := schemaVersion
 	acquirePrefix := `SELECT granted, fence, mismatch, held_kind, held_lim, remaining_us FROM ` + s + `.acquire_` + v + `(`
-	st.acquire = acquirePrefix + `$1, $2, $3, $4, $5, $6, $7, $8)`
+	st.acquire = acquirePrefix + `$1, $2, $3, $4, $5, $6, $7, $8, $9)`
 	st.acquirePrefix = acquirePrefix
 	st.releaseHold = `SELECT released, was_live FROM ` + s + `.release_hold_` + v + `($1, $2, $3)`
 	st.refreshHolds = `SELECT key, token FROM ` + s + `.refresh_holds_` + v + `($1::bytea[], $2::text[], $3::bigint[])`
+	// The end of a writer's wait: its mark goes, and the readers it kept
+	// out are woken.
+	st.unmark = `DELETE FROM ` + s + `.writer_marks m WHERE m.key = $1 AND m.token = $2
+		RETURNING pg_notify($3, md5($1::bytea)) IS NULL`
 	st.holdTTL = `SELECT (extract(epoch FROM h.expires_at - clock_timestamp()) * 1000000)::bigint FROM ` + s + `.holds h
 		WHERE h.key = $1 AND h.token = $2 AND h.expires_at > clock_timestamp()`
 	st.setHoldValue = `UPDATE ` + s + `.holds h SET value = $3
@@ -118,6 +123,9 @@ func (st *statements) keyStatements(schema, s string) {
 	st.sweepHolds = `DELETE FROM ` + s + `.holds h WHERE (h.key, h.token) IN (SELECT o.key, o.token FROM ` + s + `.holds o
 			WHERE o.expires_at < clock_timestamp() - interval '1 second' LIMIT 1000)
 		AND h.expires_at < clock_timestamp() - interval '1 second'`
+	st.sweepMarks = `DELETE FROM ` + s + `.writer_marks m WHERE (m.key, m.token) IN (SELECT o.key, o.token FROM ` + s + `.writer_marks o
+			WHERE o.expires_at < clock_timestamp() - interval '1 second' LIMIT 1000)
+		AND m.expires_at < clock_timestamp() - interval '1 second'`
 }
 
 type driver struct {
@@ -131,7 +139,7 @@ type driver struct {
 
 	// wantFence says that a lock of this Locker was asked for its fence:
 	// from then on every exclusive acquisition mints one in its round trip
-	// (acquire_v1) rather than in a round trip of its own when asked.
+	// (acquire_v2) rather than in a round trip of its own when asked.
 	wantFence atomic.Bool
 
 	stopSweep chan struct{}
@@ -139,6 +147,16 @@ type driver struct {
 
 	mu     sync.Mutex
 	closed bool
+	// marks are the writer-waiting marks of this driver's waits, by
+	// token: each is removed when its wait's context ends, or at Close.
+	marks     map[string]writerMark
+	unmarking sync.WaitGroup
+}
+
+// writerMark is a waiting writer's mark on a key (writer_marks).
+type writerMark struct {
+	key  string
+	stop func() bool // stops the removal at the end of the wait
 }
 
 func (d *driver) Capabilities() backend.Capabilities {
@@ -165,7 +183,15 @@ func (d *driver) Close() error {
 		return nil
 	}
 	d.closed = true
+	marks := d.marks
+	d.marks = nil
 	d.mu.Unlock()
+	for token, m := range marks {
+		if m.stop() {
+			d.unmark(m.key, token)
+		}
+	}
+	d.unmarking.Wait()
 	close(d.stopSweep)
 	d.swept.Wait()
 	d.listen.close()
@@ -180,11 +206,12 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 func fromMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // TryAcquire takes the key: an exclusive hold with one INSERT (its fence
-// minted when asked for, MintFence), or, once a lock of this Locker was
-// asked for its fence, through acquire_v1, which mints it; a shared or
-// permit hold through acquire_v1, which mints its fence too.
+// minted when asked for, MintFence), or through acquire_v2 for a waiting
+// Acquire (which marks the key when readers keep it out) or once a lock
+// of this Locker was asked for its fence (it then mints it); a shared or
+// permit hold through acquire_v2, which mints its fence too.
 func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
-	if req.Kind != backend.Exclusive || d.wantFence.Load() {
+	if req.Kind != backend.Exclusive || req.Waiting || d.wantFence.Load() {
 		return d.acquireHold(ctx, req)
 	}
 	for range busyRetries {
@@ -223,8 +250,12 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 	return backend.Acquisition{}, &backend.Busy{}
 }
 
-// acquireHold calls acquire_v1: a shared or permit hold, or an exclusive
-// one with its fence.
+// acquireHold calls acquire_v2: a shared or permit hold, or an exclusive
+// one with its fence or for a waiting Acquire. A waiting writer that
+// shared holds keep out marks the key (writer_marks), so that no new
+// reader comes in until it has had the key: it tries again within half
+// its TTL, which keeps the mark alive, and the mark goes when its wait
+// ends.
 func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	start := time.Now()
 	var granted, mismatch bool
@@ -234,10 +265,13 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 	var remaining *int64
 	pid, err := d.onConn(ctx, func(c *pgxpool.Conn) error {
 		return c.QueryRow(ctx, d.sql.acquire, []byte(req.Key), req.Token, int16(req.Kind), int32(req.Limit),
-			int32(req.Weight), nullable(req.Value), micros(req.TTL), req.Kind == backend.Exclusive).
+			int32(req.Weight), nullable(req.Value), micros(req.TTL), req.Kind == backend.Exclusive && d.wantFence.Load(), req.Waiting).
 			Scan(&granted, &fence, &mismatch, &heldKind, &heldLim, &remaining)
 	})
 	if err != nil {
+		if req.Waiting && req.Kind == backend.Exclusive {
+			d.markWait(ctx, req.Key, req.Token) // the attempt may have marked the key
+		}
 		return backend.Acquisition{}, d.abandon(req, err, pid)
 	}
 	switch {
@@ -245,7 +279,17 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 		return backend.Acquisition{}, &backend.Mismatch{HeldKind: backend.Kind(deref(heldKind)), HeldLimit: int(deref(heldLim)),
 			Kind: req.Kind, Limit: req.Limit}
 	case !granted:
-		return backend.Acquisition{}, &backend.Busy{Remaining: fromMicros(max(deref(remaining), 0))}
+		wait := fromMicros(max(deref(remaining), 0))
+		if req.Waiting && req.Kind == backend.Exclusive && heldKind != nil && backend.Kind(*heldKind) == backend.Shared {
+			d.markWait(ctx, req.Key, req.Token)
+			if wait <= 0 || wait > req.TTL/2 {
+				wait = req.TTL / 2
+			}
+		}
+		return backend.Acquisition{}, &backend.Busy{Remaining: wait}
+	}
+	if req.Waiting && req.Kind == backend.Exclusive {
+		d.unmarked(req.Token)
 	}
 	h := &held{d: d, key: req.Key, token: req.Token, ttl: req.TTL, kind: req.Kind}
 	a := backend.Acquisition{Held: h, Start: start}
@@ -260,6 +304,49 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 		a.Fence, a.Fenced = uint64(*fence), true
 	}
 	return a, nil
+}
+
+// markWait arranges for the removal of the writer mark of the wait of
+// token when ctx, the wait's, ends: by a grant, a cancel or Close.
+func (d *driver) markWait(ctx context.Context, key, token string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.marks[token]; ok || d.closed {
+		return
+	}
+	if d.marks == nil {
+		d.marks = make(map[string]writerMark)
+	}
+	d.unmarking.Add(1)
+	d.marks[token] = writerMark{key: key, stop: context.AfterFunc(ctx, func() {
+		d.mu.Lock()
+		delete(d.marks, token)
+		d.mu.Unlock()
+		d.unmark(key, token)
+	})}
+}
+
+// unmarked drops the removal of token's writer mark, which its grant
+// removed.
+func (d *driver) unmarked(token string) {
+	d.mu.Lock()
+	m, ok := d.marks[token]
+	delete(d.marks, token)
+	d.mu.Unlock()
+	if ok && m.stop() {
+		d.unmarking.Done()
+	}
+}
+
+// unmark removes the writer mark of token on key. When that fails the
+// mark lapses by itself, within the writer's TTL.
+func (d *driver) unmark(key, token string) {
+	defer d.unmarking.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if _, err := d.pool.Exec(ctx, d.sql.unmark, []byte(key), token, d.channel); err != nil {
+		d.log.Debug("postgres: removing a writer's mark failed; it lapses within the writer's TTL", "key", key, "err", err)
+	}
 }
 
 func deref[T any](p *T) T {
@@ -373,7 +460,7 @@ type held struct {
 	token string
 	ttl   time.Duration // as taken, for Refresh(ctx, 0)
 	kind  backend.Kind
-	// fence is an exclusive hold's, minted with its grant (acquire_v1);
+	// fence is an exclusive hold's, minted with its grant (acquire_v2);
 	// 0 when it was taken without one.
 	fence uint64
 }
@@ -480,7 +567,7 @@ func (h *held) SetValue(ctx context.Context, value []byte) error {
 }
 
 // RefreshBatch extends many locks in one round trip: exclusive holds in
-// one UPDATE, shared and permit holds in one call of refresh_holds_v1, the
+// one UPDATE, shared and permit holds in one call of refresh_holds_v2, the
 // two pipelined.
 func (d *driver) RefreshBatch(ctx context.Context, locks []backend.Held, ttls []time.Duration) []error {
 	var ex, sh refreshArgs
@@ -596,7 +683,7 @@ func (d *driver) sweep(interval time.Duration) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), interval)
-		for _, q := range []string{d.sql.sweepLocks, d.sql.sweepHolds} {
+		for _, q := range []string{d.sql.sweepLocks, d.sql.sweepHolds, d.sql.sweepMarks} {
 			if _, err := d.pool.Exec(ctx, q); err != nil {
 				d.log.Debug("postgres: sweeping lapsed locks failed; the next sweep tries again", "err", err)
 			}

@@ -13,7 +13,7 @@ import (
 // a long TTL and released must not keep a writer out once the other
 // reader, cut off with a short TTL, has lapsed: the writer gets the key
 // at the short TTL, whether its Locker takes exclusive holds with the
-// one-statement INSERT or through acquire_v1 (once it asked for a fence).
+// one-statement INSERT or through acquire_v2 (once it asked for a fence).
 // The writer's deadline, 10 s, is far below the released reader's 60 s
 // TTL and far above the short one's 1 s.
 func TestReleasedReaderDoesNotBlockWriter(t *testing.T) {
@@ -22,7 +22,7 @@ func TestReleasedReaderDoesNotBlockWriter(t *testing.T) {
 	s := freshSchema(t, admin, false)
 	u := withParams(t, raw, "schema", s)
 	for _, fenced := range []bool{false, true} {
-		name := map[bool]string{false: "insert", true: "acquire_v1"}[fenced]
+		name := map[bool]string{false: "insert", true: "acquire_v2"}[fenced]
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			readers, writers := openLocker(t, u), openLocker(t, u)

@@ -2,20 +2,20 @@ package postgres
 
 import (
 	"context"
-	"encoding/hex"
-	"strconv"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/distlock/locker/backend"
 )
 
-// inspectSQL reads a key's row and its live holds in one statement, so on
-// one snapshot.
+// inspectSQL reads a key's row, its live holds and its waiting writers'
+// live marks in one statement, so on one snapshot.
 func inspectSQL(schema string) string {
 	s := pgx.Identifier{schema}.Sanitize()
 	return `SELECT l.token, l.kind, l.lim, l.fence, l.value,
 			(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint, l.waiters,
+			(SELECT count(*) FROM ` + s + `.writer_marks m WHERE m.key = l.key AND m.expires_at > clock_timestamp()),
 			h.token, h.weight, h.fence, h.value, (extract(epoch FROM h.expires_at - clock_timestamp()) * 1000000)::bigint
 		FROM ` + s + `.locks l LEFT JOIN ` + s + `.holds h
 			ON l.token = '' AND h.key = l.key AND h.expires_at > clock_timestamp()
@@ -35,16 +35,16 @@ func inspectSQL(schema string) string {
 // and permit holds are listed in grant order (by fence, minted with each
 // grant); the Holder's own fields describe the first.
 //
-// Detail: "row", the key's primary key in the locks table (hex); "waited
-// for", "true" when a request found the key taken since it was granted
-// (its release notifies).
+// Detail, each only when it applies: "waited for", when a request found
+// the key taken since it was granted (its release notifies); "writers
+// waiting", how many writers keep new readers out.
 func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error) {
 	rows, err := d.pool.Query(ctx, d.sql.inspect, []byte(key))
 	if err != nil {
 		return backend.Holder{}, d.wrap(err)
 	}
 	defer rows.Close()
-	h := backend.Holder{Detail: map[string]string{"row": `\x` + hex.EncodeToString([]byte(key))}}
+	var h backend.Holder
 	for rows.Next() {
 		var (
 			token              string
@@ -54,16 +54,17 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 			value              []byte
 			remaining          int64
 			waiters            bool
+			writers            int64
 			hToken             *string
 			hWeight            *int32
 			hFence, hRemaining *int64
 			hValue             []byte
 		)
-		if err := rows.Scan(&token, &kind, &lim, &fence, &value, &remaining, &waiters,
+		if err := rows.Scan(&token, &kind, &lim, &fence, &value, &remaining, &waiters, &writers,
 			&hToken, &hWeight, &hFence, &hValue, &hRemaining); err != nil {
 			return backend.Holder{}, d.wrap(err)
 		}
-		h.Detail["waited for"] = strconv.FormatBool(waiters)
+		h.Detail = inspectDetail(waiters, writers)
 		if token != "" {
 			hold := backend.Hold{Kind: backend.Exclusive, Token: token, Value: value,
 				TTL: fromMicros(max(remaining, 0)), TTLKnown: true}
@@ -95,6 +96,21 @@ func (d *driver) Inspect(ctx context.Context, key string) (backend.Holder, error
 	h.Fence, h.Fenced = first.Fence, first.Fenced
 	h.TTL, h.TTLKnown = first.TTL, true
 	return h, nil
+}
+
+// inspectDetail is Inspect's Detail: nil when nobody waits.
+func inspectDetail(waiters bool, writers int64) map[string]string {
+	d := map[string]string{}
+	if waiters {
+		d["waited for"] = "yes: its release wakes the requests that found it taken"
+	}
+	if writers > 0 {
+		d["writers waiting"] = fmt.Sprintf("%d, which keep new readers out", writers)
+	}
+	if len(d) == 0 {
+		return nil
+	}
+	return d
 }
 
 // ForceRelease implements backend.Inspector: it deletes the key's row and

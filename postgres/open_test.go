@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"net/url"
 	"strings"
@@ -148,7 +150,7 @@ func TestCreateSchemaFalse(t *testing.T) {
 	noCreate := withParams(t, raw, "schema", s, "create_schema", "false")
 	q := pgx.Identifier{s}.Sanitize()
 	want := []string{`schema "` + s + `" lacks`, q + ".locks", q + ".holds", q + ".fences",
-		q + ".acquire_v1(", q + ".release_hold_v1(", q + ".refresh_holds_v1(",
+		q + ".acquire_v2(", q + ".release_hold_v2(", q + ".refresh_holds_v2(",
 		"create_schema=false", "`lockctl schema --schema " + s + "`", "postgres.SchemaSQL"}
 	for _, w := range want {
 		testenv.WantOpenErrors(t, [][2]string{{noCreate, w}})
@@ -160,10 +162,10 @@ func TestCreateSchemaFalse(t *testing.T) {
 	}
 	lockAndRelease(t, openLocker(t, noCreate), uniqueKey(t))
 
-	if _, err := db.Exec(ctx, "DROP FUNCTION "+q+".release_hold_v1(bytea, text, text)"); err != nil {
+	if _, err := db.Exec(ctx, "DROP FUNCTION "+q+".release_hold_v2(bytea, text, text)"); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WantOpenErrors(t, [][2]string{{noCreate, "lacks " + q + ".release_hold_v1(bytea,text,text), and create_schema=false"}})
+	testenv.WantOpenErrors(t, [][2]string{{noCreate, "lacks " + q + ".release_hold_v2(bytea,text,text), and create_schema=false"}})
 	// Without create_schema=false, Open puts back what is missing.
 	lockAndRelease(t, openLocker(t, withParams(t, raw, "schema", s)), uniqueKey(t))
 	lockAndRelease(t, openLocker(t, noCreate), uniqueKey(t))
@@ -212,8 +214,7 @@ func TestRoleWithoutDDL(t *testing.T) {
 	for _, w := range []string{
 		`schema "` + s + `" lacks`,
 		`role "locker_noddl" may not create them`,
-		"have an administrator run the SQL that `lockctl schema --schema " + s + "` prints (postgres.SchemaSQL)",
-		"USAGE on the schema", "SELECT, INSERT, UPDATE, DELETE on its tables", "USAGE on its sequence", "EXECUTE on its functions",
+		"have an administrator run the SQL that `lockctl schema --schema " + s + " --grant locker_noddl` prints (postgres.SchemaSQL, postgres.GrantSQL)",
 	} {
 		testenv.WantOpenErrors(t, [][2]string{{noddl, w}})
 	}
@@ -223,8 +224,8 @@ func TestRoleWithoutDDL(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The schema is there, but not the role's yet.
-	testenv.WantOpenErrors(t, [][2]string{{noddl, "permission denied for schema " + s}})
 	q := pgx.Identifier{s}.Sanitize()
+	testenv.WantOpenErrors(t, [][2]string{{noddl, `role "locker_noddl" may not use schema "` + s + `" (no USAGE privilege): have an administrator run GRANT USAGE ON SCHEMA ` + q}})
 	for _, grant := range []string{
 		"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA " + q + " FROM PUBLIC",
 		// What the error lists.
@@ -401,4 +402,61 @@ func holdExpiry(t testing.TB, db *pgxpool.Pool, schema, key, token string) time.
 		t.Fatalf("the expiry of hold %s of %s: %v", token, key, err)
 	}
 	return e
+}
+
+// TestOpenChecksPrivileges: a role, made for the test, that may log in and
+// nothing else, opens a schema an administrator created: Open fails
+// naming the privilege it lacks and the GRANTs to run, with no grant and
+// with USAGE on the schema alone; once GrantSQL's statements ran, it
+// opens, and its locks work.
+func TestOpenChecksPrivileges(t *testing.T) {
+	raw := serverURL(t)
+	admin := adminPool(t)
+	ctx := context.Background()
+	var b [4]byte
+	rand.Read(b[:])
+	role := "locker_priv_" + hex.EncodeToString(b[:])
+	r := pgx.Identifier{role}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+r+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, sql := range []string{"DROP OWNED BY " + r, "DROP ROLE " + r} {
+			if _, err := admin.Exec(context.Background(), sql); err != nil {
+				t.Errorf("%s: %v", sql, err)
+			}
+		}
+	})
+	s := freshSchema(t, admin, false)
+	if _, err := admin.Exec(ctx, postgres.SchemaSQL(s)); err != nil {
+		t.Fatal(err)
+	}
+	u := withParams(t, asUser(t, raw, url.User(role)), "schema", s)
+	q := pgx.Identifier{s}.Sanitize()
+	testenv.WantOpenErrors(t, [][2]string{
+		{u, `role "` + role + `" may not use schema "` + s + `" (no USAGE privilege): have an administrator run GRANT USAGE ON SCHEMA ` + q + ` TO ` + r + `; GRANT SELECT, INSERT, UPDATE, DELETE ON`},
+	})
+	if _, err := admin.Exec(ctx, "GRANT USAGE ON SCHEMA "+q+" TO "+r); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WantOpenErrors(t, [][2]string{
+		{u, `role "` + role + `" lacks SELECT on ` + q + `.locks, INSERT on ` + q + `.locks`},
+		{u, `USAGE on ` + q + `.fences, which the lock tables need: have an administrator run GRANT USAGE ON SCHEMA`},
+	})
+	if _, err := admin.Exec(ctx, postgres.GrantSQL(s, role)); err != nil {
+		t.Fatal(err)
+	}
+	l := openLocker(t, u)
+	key := uniqueKey(t)
+	lockAndRelease(t, l, key)
+	lk, err := l.TryAcquire(ctx, key, locker.Shared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := lk.Fence(); !ok {
+		t.Error("a shared hold without its fence")
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -134,8 +134,8 @@ func TestCancelledWaitLeavesNoRow(t *testing.T) {
 }
 
 // paths are the ways the driver takes a key: a mutex by its INSERT, a
-// mutex with its fence by acquire_v1 (once a lock of the Locker was asked
-// for its fence), a shared hold and a permit by acquire_v1.
+// mutex with its fence by acquire_v2 (once a lock of the Locker was asked
+// for its fence), a shared hold and a permit by acquire_v2.
 var paths = []struct {
 	name   string
 	fenced bool

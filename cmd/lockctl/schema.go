@@ -16,6 +16,7 @@ func init() { addCommand(newSchemaCmd) }
 type schemaCmd struct {
 	app    *app
 	schema string
+	grant  string // the role to grant what it needs, if any
 }
 
 func newSchemaCmd(a *app) *cobra.Command {
@@ -36,22 +37,25 @@ name is checked as the backend checks it: letters, digits and _, not
 starting with a digit, at most 63 bytes.
 
 After creating the schema as another role, grant the application's role
-what the backend needs (lockctl doctor prints these statements for the
-URL's role when they are missing):
+what the backend needs: --grant ROLE adds the statements to the SQL.
+Open, and lockctl doctor, name them for the URL's role when it lacks
+a privilege. For role app on schema s:
 
-  GRANT USAGE ON SCHEMA s TO app;
-  GRANT SELECT, INSERT, UPDATE, DELETE ON s.locks, s.holds TO app;
-  GRANT USAGE ON SEQUENCE s.fences TO app;
-  GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA s TO app;
+` + indent(postgres.GrantSQL("s", "app")) + `
+An upgrade from an earlier version of this package is the same SQL run
+again: it adds what that version lacks (its functions stay, for the
+clients that call them); grant the role on the new tables.
 
---json prints {"schema": NAME, "sql": "..."}.`,
+--json prints {"schema": NAME, "sql": "..."}, the grants in "sql".`,
 		Example: `  lockctl schema | psql "$ADMIN_DATABASE_URL"
   lockctl schema --schema app_locks > locker-schema.sql
+  lockctl schema --grant app | psql "$ADMIN_DATABASE_URL"
   lockctl schema --url 'postgres://app@db.internal/app?schema=app_locks'`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error { return s.run(c.Flags().Changed("schema")) },
+		RunE: func(c *cobra.Command, _ []string) error { return s.run(c) },
 	}
 	c.Flags().StringVar(&s.schema, "schema", "", `the schema to create (default: the URL's schema parameter, else "`+postgres.DefaultSchema+`")`)
+	c.Flags().StringVar(&s.grant, "grant", "", "a role to grant what the backend needs on the schema, after the SQL that creates it")
 	return c
 }
 
@@ -61,7 +65,13 @@ type schemaOutput struct {
 	SQL    string `json:"sql"`
 }
 
-func (s *schemaCmd) run(named bool) error {
+// indent indents each line of text by two spaces.
+func indent(text string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(text, "\n"), "\n", "\n  ") + "\n"
+}
+
+func (s *schemaCmd) run(c *cobra.Command) error {
+	named := c.Flags().Changed("schema")
 	a := s.app
 	name := s.schema
 	switch {
@@ -69,6 +79,8 @@ func (s *schemaCmd) run(named bool) error {
 		return exitf(exitError, "--schema and a URL (--url, --profile) both name the schema: give one")
 	case named && name == "":
 		return exitf(exitError, "--schema: empty name")
+	case s.grant == "" && c.Flags().Changed("grant"):
+		return exitf(exitError, "--grant: empty role name")
 	case !named:
 		var err error
 		if name, err = s.fromURL(); err != nil {
@@ -79,6 +91,9 @@ func (s *schemaCmd) run(named bool) error {
 		return withCode(exitError, err)
 	}
 	sql := postgres.SchemaSQL(name)
+	if s.grant != "" {
+		sql += "\n" + postgres.GrantSQL(name, s.grant)
+	}
 	if a.json {
 		return writeJSON(a.stdout, schemaOutput{Schema: name, SQL: sql})
 	}

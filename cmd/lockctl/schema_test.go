@@ -42,6 +42,15 @@ func TestSchema(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK || out.Schema != "app_locks" || out.SQL != postgres.SchemaSQL("app_locks") {
 		t.Errorf("schema --json: exit %d, %v, %+v", r.code, err, out)
 	}
+	r = runApp(t, nil, "schema", "--schema", "app_locks", "--grant", "app")
+	if want := postgres.SchemaSQL("app_locks") + "\n" + postgres.GrantSQL("app_locks", "app"); r.code != exitOK || r.stdout != want {
+		t.Errorf("schema --grant app: exit %d, stdout %q, want the SQL and then the grants; stderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, w := range []string{`GRANT USAGE ON SCHEMA "app_locks" TO "app";`, `"app_locks".writer_marks TO "app";`, `GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA "app_locks" TO "app";`} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("schema --grant app does not say %s", w)
+		}
+	}
 	if !strings.Contains(postgres.SchemaSQL("app_locks"), `CREATE SCHEMA IF NOT EXISTS "app_locks"`) {
 		t.Errorf("the SQL does not create the schema named")
 	}
@@ -69,6 +78,7 @@ func TestSchemaErrors(t *testing.T) {
 		{nil, []string{"--url", "postgres://db.invalid/app?schema=%zz"}, "the query of the URL from --url"},
 		{nil, []string{"--url", "postgres://db.invalid/app", "--schema", "s"}, "--schema and a URL (--url, --profile) both name the schema"},
 		{nil, []string{"extra"}, `unknown command "extra"`},
+		{nil, []string{"--grant", ""}, "--grant: empty role name"},
 	} {
 		r := runApp(t, tc.env, append([]string{"schema"}, tc.args...)...)
 		wantCode(t, r, exitError, "lockctl: ", tc.want)
