@@ -130,7 +130,7 @@
 // them leaves (its release notifies). Several writers may wait, each with
 // its mark; writers are not held back by marks, only readers. The mark
 // expires at the writer's TTL after its latest attempt, and a waiting
-// writer tries again within half its TTL, which keeps it alive; the
+// writer tries again within a third of its TTL, which keeps it alive; the
 // writer's grant removes it, and so does the end of its wait by a cancel
 // or Close (a DELETE that also wakes the readers it kept out, sent as the
 // Acquire returns). A writer that crashes while it waits keeps readers out

@@ -147,16 +147,6 @@ type driver struct {
 
 	mu     sync.Mutex
 	closed bool
-	// marks are the writer-waiting marks of this driver's waits, by
-	// token: each is removed when its wait's context ends, or at Close.
-	marks     map[string]writerMark
-	unmarking sync.WaitGroup
-}
-
-// writerMark is a waiting writer's mark on a key (writer_marks).
-type writerMark struct {
-	key  string
-	stop func() bool // stops the removal at the end of the wait
 }
 
 func (d *driver) Capabilities() backend.Capabilities {
@@ -183,15 +173,7 @@ func (d *driver) Close() error {
 		return nil
 	}
 	d.closed = true
-	marks := d.marks
-	d.marks = nil
 	d.mu.Unlock()
-	for token, m := range marks {
-		if m.stop() {
-			d.unmark(m.key, token)
-		}
-	}
-	d.unmarking.Wait()
 	close(d.stopSweep)
 	d.swept.Wait()
 	d.listen.close()
@@ -253,9 +235,10 @@ func (d *driver) TryAcquire(ctx context.Context, req backend.Request) (backend.A
 // acquireHold calls acquire_v2: a shared or permit hold, or an exclusive
 // one with its fence or for a waiting Acquire. A waiting writer that
 // shared holds keep out marks the key (writer_marks), so that no new
-// reader comes in until it has had the key: it tries again within half
-// its TTL, which keeps the mark alive, and the mark goes when its wait
-// ends.
+// reader comes in until it has had the key: its Busy's Withdraw takes
+// the mark back when the wait ends (package locker tries again within a
+// third of the TTL meanwhile, which keeps the mark alive), and a writer
+// that crashed leaves it to lapse at its TTL.
 func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.Acquisition, error) {
 	start := time.Now()
 	var granted, mismatch bool
@@ -270,7 +253,9 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 	})
 	if err != nil {
 		if req.Waiting && req.Kind == backend.Exclusive {
-			d.markWait(ctx, req.Key, req.Token) // the attempt may have marked the key
+			// The attempt may have marked the key, and this error ends
+			// the wait.
+			d.unmark(context.WithoutCancel(ctx), req.Key, req.Token)
 		}
 		return backend.Acquisition{}, d.abandon(req, err, pid)
 	}
@@ -279,17 +264,11 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 		return backend.Acquisition{}, &backend.Mismatch{HeldKind: backend.Kind(deref(heldKind)), HeldLimit: int(deref(heldLim)),
 			Kind: req.Kind, Limit: req.Limit}
 	case !granted:
-		wait := fromMicros(max(deref(remaining), 0))
+		busy := &backend.Busy{Remaining: fromMicros(max(deref(remaining), 0))}
 		if req.Waiting && req.Kind == backend.Exclusive && heldKind != nil && backend.Kind(*heldKind) == backend.Shared {
-			d.markWait(ctx, req.Key, req.Token)
-			if wait <= 0 || wait > req.TTL/2 {
-				wait = req.TTL / 2
-			}
+			busy.Withdraw = func(ctx context.Context) { d.unmark(ctx, req.Key, req.Token) }
 		}
-		return backend.Acquisition{}, &backend.Busy{Remaining: wait}
-	}
-	if req.Waiting && req.Kind == backend.Exclusive {
-		d.unmarked(req.Token)
+		return backend.Acquisition{}, busy
 	}
 	h := &held{d: d, key: req.Key, token: req.Token, ttl: req.TTL, kind: req.Kind}
 	a := backend.Acquisition{Held: h, Start: start}
@@ -306,43 +285,11 @@ func (d *driver) acquireHold(ctx context.Context, req backend.Request) (backend.
 	return a, nil
 }
 
-// markWait arranges for the removal of the writer mark of the wait of
-// token when ctx, the wait's, ends: by a grant, a cancel or Close.
-func (d *driver) markWait(ctx context.Context, key, token string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.marks[token]; ok || d.closed {
-		return
-	}
-	if d.marks == nil {
-		d.marks = make(map[string]writerMark)
-	}
-	d.unmarking.Add(1)
-	d.marks[token] = writerMark{key: key, stop: context.AfterFunc(ctx, func() {
-		d.mu.Lock()
-		delete(d.marks, token)
-		d.mu.Unlock()
-		d.unmark(key, token)
-	})}
-}
-
-// unmarked drops the removal of token's writer mark, which its grant
-// removed.
-func (d *driver) unmarked(token string) {
-	d.mu.Lock()
-	m, ok := d.marks[token]
-	delete(d.marks, token)
-	d.mu.Unlock()
-	if ok && m.stop() {
-		d.unmarking.Done()
-	}
-}
-
-// unmark removes the writer mark of token on key. When that fails the
-// mark lapses by itself, within the writer's TTL.
-func (d *driver) unmark(key, token string) {
-	defer d.unmarking.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+// unmark removes the writer mark of token on key, if there is one, and
+// wakes the readers it kept out. When that fails the mark lapses by
+// itself, within the writer's TTL.
+func (d *driver) unmark(ctx context.Context, key, token string) {
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	if _, err := d.pool.Exec(ctx, d.sql.unmark, []byte(key), token, d.channel); err != nil {
 		d.log.Debug("postgres: removing a writer's mark failed; it lapses within the writer's TTL", "key", key, "err", err)
