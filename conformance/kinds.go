@@ -522,7 +522,7 @@ func caseCrashedSharedHolder(t *T) {
 }
 
 // crashedReaderBesideLive cuts off one of two shared holders while the
-// other refreshes its hold, and with it the key: once the crashed
+// other, with a long TTL, keeps the key alive: once the crashed
 // holder's TTL + ExpirySlack has passed, its share is gone, and a writer
 // waiting for the key gets it when the live holder leaves.
 func crashedReaderBesideLive(t *T) {
@@ -530,7 +530,10 @@ func crashedReaderBesideLive(t *T) {
 	b, c := t.Locker(), t.Locker()
 	key := t.Key("rw-beside-live")
 	lk := t.Acquire(a.Locker, key, locker.Shared(), locker.WithTTL(t.TTL()))
-	kept := t.TryAcquire(b, key, locker.Shared(), locker.WithTTL(t.TTL())) // refreshed while the case runs
+	// A long TTL keeps the key alive past the crashed holder's (a
+	// backend that counts expired holders would keep the writer out for
+	// it), and no late refresh on a loaded machine loses it.
+	kept := t.TryAcquire(b, key, locker.Shared(), locker.WithTTL(t.LongTTL()))
 	a.Crash()
 	freed := time.Now().Add(t.ExpiryBound(t.TTL()))
 	pw := t.startAcquire("the writer", c, key)
@@ -559,8 +562,8 @@ func crashedReader(t *T) {
 	t.Release(t.crashHolder(a, lk, "the crashed shared holder", b, key, "the only shared holder crashed; an exclusive request"))
 }
 
-// crashedPermitHolder fills a semaphore of 2 with a live holder, which
-// refreshes its permit, and one that it cuts off: the crashed holder's
+// crashedPermitHolder fills a semaphore of 2 with a live holder and one
+// that it cuts off: the crashed holder's
 // permit, and only it, is free for another within TTL + ExpirySlack.
 func crashedPermitHolder(t *T) {
 	a := t.CrashableClient()
@@ -568,9 +571,10 @@ func crashedPermitHolder(t *T) {
 	key := t.Key("sem")
 	sem := locker.Limit(2)
 	lk := t.Acquire(a.Locker, key, sem, locker.WithTTL(t.TTL()))
-	// The live holder refreshes its permit, and the key, while the
-	// crashed one's lapses.
-	kept := t.TryAcquire(b, key, sem, locker.WithTTL(t.TTL()))
+	// The live holder's long TTL keeps the key alive while the crashed
+	// one's permit lapses, and no late refresh on a loaded machine loses
+	// it.
+	kept := t.TryAcquire(b, key, sem, locker.WithTTL(t.LongTTL()))
 	t.WantNotAcquired(c, key, "both permits of a semaphore of 2 held", sem)
 	t.Release(t.crashHolder(a, lk, "the crashed permit holder", c, key, "one of 2 permit holders crashed, the other holds on", sem))
 	t.Release(kept)
